@@ -1,0 +1,28 @@
+"""``python -m airflow_azureml.emulator --data-dir DIR [--port N]``: run until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from airflow_azureml.emulator import Emulator
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m airflow_azureml.emulator", description=__doc__)
+    parser.add_argument("--data-dir", required=True, help="folder for certificates, datastores and emulator.json")
+    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for random faults")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with Emulator(args.data_dir, port=args.port, seed=args.seed) as emulator:
+        print(f"Azure ML emulator listening on {emulator.base_url}", flush=True)
+        print(f"connection details: {emulator.data_dir / 'emulator.json'}", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

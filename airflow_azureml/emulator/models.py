@@ -1,0 +1,307 @@
+"""In-memory resources of the emulated workspace and their ARM JSON shapes.
+
+Shapes follow Microsoft's examples in ``shared/azureml-rest-spec`` (api-version 2024-10-01).
+All mutation happens on the emulator's event-loop thread.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIVE_JOB_STATES = frozenset(
+    {"NotStarted", "Starting", "Provisioning", "Preparing", "Queued", "Running", "Finalizing", "CancelRequested"}
+)
+TERMINAL_JOB_STATES = frozenset({"Completed", "Failed", "Canceled", "NotResponding", "Paused"})
+
+PREEMPTION_ERROR_MESSAGE = (
+    "UserError: AzureMLCompute job failed. PreemptionError: Nodes of this job got pre-empted. "
+    "Check if the run has failed or restarted. Reason: Received pre-emption warning signal"
+)
+CAPACITY_LOST_MESSAGE = (
+    "Job was canceled: the low-priority cluster lost all its nodes to preemption and there is "
+    "not enough capacity to continue. Resubmit the job."
+)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def iso(ts: dt.datetime | None) -> str | None:
+    return ts.isoformat().replace("+00:00", "Z") if ts else None
+
+
+def system_data(created: dt.datetime, modified: dt.datetime) -> dict[str, Any]:
+    return {
+        "createdAt": iso(created),
+        "createdBy": "airflow-azureml-emulator",
+        "createdByType": "Application",
+        "lastModifiedAt": iso(modified),
+        "lastModifiedBy": "airflow-azureml-emulator",
+        "lastModifiedByType": "Application",
+    }
+
+
+def parse_duration_seconds(value: Any, default: float) -> float:
+    """Parse ISO-8601 durations like ``PT5M`` / ``PT120S`` (and plain numbers)."""
+    if value is None:
+        return default
+    if isinstance(value, (int, float)):
+        return float(value)
+    import isodate
+
+    try:
+        return float(isodate.parse_duration(str(value)).total_seconds())
+    except (isodate.ISO8601Error, ValueError):
+        return default
+
+
+@dataclass
+class Node:
+    node_id: str
+    state: str = "preparing"  # preparing | idle | running | leaving | preempted
+    job_name: str | None = None
+
+
+@dataclass
+class Compute:
+    name: str
+    compute_type: str  # AmlCompute | Kubernetes
+    location: str
+    body: dict[str, Any]  # the ARM ``properties`` object as last written by a client
+    created: dt.datetime = field(default_factory=utcnow)
+    modified: dt.datetime = field(default_factory=utcnow)
+    provisioning_state: str = "Creating"
+    nodes: list[Node] = field(default_factory=list)
+    preempted_node_count: int = 0
+    capacity_override: int | None = None  # fault: how many nodes Azure can give right now
+    locked: bool = False  # fault: a resource-group lock keeps the cluster at "resizing 0 -> 0"
+
+    @property
+    def inner(self) -> dict[str, Any]:
+        return self.body.setdefault("properties", {}) or {}
+
+    @property
+    def low_priority(self) -> bool:
+        return str(self.inner.get("vmPriority", "Dedicated")).lower() == "lowpriority"
+
+    @property
+    def max_nodes(self) -> int:
+        return int((self.inner.get("scaleSettings") or {}).get("maxNodeCount", 1))
+
+    @property
+    def min_nodes(self) -> int:
+        return int((self.inner.get("scaleSettings") or {}).get("minNodeCount", 0))
+
+    @property
+    def capacity(self) -> int:
+        if self.locked:
+            return 0
+        if self.capacity_override is not None:
+            return min(self.capacity_override, self.max_nodes)
+        return self.max_nodes
+
+    def instance_types(self) -> dict[str, dict[str, Any]]:
+        types = dict(self.inner.get("instanceTypes") or {})
+        types.setdefault("defaultinstancetype", default_instance_type())
+        return types
+
+    def to_arm(self, ws_id: str) -> dict[str, Any]:
+        props = dict(self.body)
+        props.update(
+            {
+                "computeType": self.compute_type,
+                "provisioningState": self.provisioning_state,
+                "createdOn": iso(self.created),
+                "modifiedOn": iso(self.modified),
+                "isAttachedCompute": self.compute_type == "Kubernetes",
+                "disableLocalAuth": props.get("disableLocalAuth", True),
+            }
+        )
+        inner = dict(self.inner)
+        if self.compute_type == "AmlCompute":
+            counts = {s: 0 for s in ("idle", "running", "preparing", "unusable", "leaving")}
+            for node in self.nodes:
+                if node.state in counts:
+                    counts[node.state] += 1
+            current = len(self.nodes)
+            inner.setdefault("vmPriority", "Dedicated")
+            inner.setdefault("osType", "Linux")
+            inner.setdefault("isolatedNetwork", False)
+            inner.setdefault("remoteLoginPortPublicAccess", "NotSpecified")
+            inner.setdefault("enableNodePublicIp", True)
+            inner.setdefault(
+                "scaleSettings", {"maxNodeCount": 1, "minNodeCount": 0, "nodeIdleTimeBeforeScaleDown": "PT2M"}
+            )
+            inner.update(
+                {
+                    "allocationState": "Resizing" if counts["preparing"] or self.locked else "Steady",
+                    "allocationStateTransitionTime": iso(self.modified),
+                    "errors": None,
+                    "currentNodeCount": current,
+                    "targetNodeCount": current,
+                    "nodeStateCounts": {
+                        "preparingNodeCount": counts["preparing"],
+                        "runningNodeCount": counts["running"],
+                        "idleNodeCount": counts["idle"],
+                        "unusableNodeCount": counts["unusable"],
+                        "leavingNodeCount": counts["leaving"],
+                        "preemptedNodeCount": self.preempted_node_count,
+                    },
+                }
+            )
+        else:
+            inner.setdefault("namespace", "default")
+            inner["defaultInstanceType"] = "defaultinstancetype"
+            inner["instanceTypes"] = self.instance_types()
+        props["properties"] = inner
+        return {
+            "id": f"{ws_id}/computes/{self.name}",
+            "name": self.name,
+            "type": "Microsoft.MachineLearningServices/workspaces/computes",
+            "location": self.location,
+            "tags": {},
+            "properties": props,
+            "systemData": system_data(self.created, self.modified),
+        }
+
+
+def default_instance_type() -> dict[str, Any]:
+    """What the Azure ML extension creates when a Kubernetes cluster is attached."""
+    return {
+        "nodeSelector": None,
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "2Gi"},
+            "limits": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": None},
+        },
+    }
+
+
+@dataclass
+class TrackedResource:
+    """A batch endpoint or deployment: stored as the body the client sent, plus bookkeeping."""
+
+    name: str
+    body: dict[str, Any]
+    created: dt.datetime = field(default_factory=utcnow)
+    modified: dt.datetime = field(default_factory=utcnow)
+    provisioning_state: str = "Succeeded"
+
+    def to_arm(self, resource_id: str, type_name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        props = dict(self.body.get("properties") or {})
+        props["provisioningState"] = self.provisioning_state
+        if extra:
+            props.update(extra)
+        return {
+            "id": resource_id,
+            "name": self.name,
+            "type": type_name,
+            "location": self.body.get("location", "eastus"),
+            "kind": self.body.get("kind"),
+            "tags": self.body.get("tags") or {},
+            "identity": self.body.get("identity") or {"type": "SystemAssigned"},
+            "properties": props,
+            "systemData": system_data(self.created, self.modified),
+        }
+
+
+@dataclass
+class Job:
+    """A job as ARM and run history see it. Batch invocations appear as pipeline jobs, as in Azure."""
+
+    name: str
+    job_type: str  # Pipeline (batch invoke) | Command
+    compute: str
+    properties: dict[str, Any]
+    experiment_name: str = "Default"
+    status: str = "NotStarted"
+    created: dt.datetime = field(default_factory=utcnow)
+    modified: dt.datetime = field(default_factory=utcnow)
+    started: dt.datetime | None = None
+    ended: dt.datetime | None = None
+    error: dict[str, Any] | None = None
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    run_uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    cancel_requested: bool = False
+    repeatability_id: str | None = None
+    # batch bookkeeping, visible through run-history properties
+    endpoint: str | None = None
+    deployment: str | None = None
+    output_uri: str | None = None
+    mini_batches_total: int = 0
+    mini_batches_done: int = 0
+    mini_batch_attempts: int = 0
+    rows_scored: int = 0
+
+    def set_status(self, status: str) -> None:
+        self.status = status
+        self.modified = utcnow()
+        if status == "Running" and self.started is None:
+            self.started = self.modified
+        if status in TERMINAL_JOB_STATES:
+            self.ended = self.modified
+
+    def to_arm(self, ws_id: str) -> dict[str, Any]:
+        props = dict(self.properties)
+        props.update(
+            {
+                "status": self.status,
+                "jobType": self.job_type,
+                "experimentName": self.experiment_name,
+                "computeId": f"{ws_id}/computes/{self.compute}" if self.compute else None,
+                "services": {
+                    "Studio": {
+                        "jobServiceType": "Studio",
+                        "endpoint": f"/_emulator/jobs/{self.name}",
+                    }
+                },
+            }
+        )
+        props.setdefault("displayName", self.name)
+        props.setdefault("tags", {})
+        props.setdefault("isArchived", False)
+        run_props = dict(props.get("properties") or {})
+        if self.output_uri:
+            run_props["azureml.batch.outputUri"] = self.output_uri
+        props["properties"] = run_props
+        if self.job_type == "Pipeline":
+            props.setdefault("settings", {})
+            props.setdefault("jobs", {})
+            props.setdefault("inputs", {})
+            props.setdefault("outputs", {})
+        return {
+            "id": f"{ws_id}/jobs/{self.name}",
+            "name": self.name,
+            "type": "Microsoft.MachineLearningServices/workspaces/jobs",
+            "properties": props,
+            "systemData": system_data(self.created, self.modified),
+        }
+
+    def to_run_details(self) -> dict[str, Any]:
+        details: dict[str, Any] = {
+            "runId": self.name,
+            "runUuid": self.run_uuid,
+            "rootRunId": self.name,
+            "target": self.compute,
+            "status": self.status,
+            "createdTimeUtc": iso(self.created),
+            "startTimeUtc": iso(self.started),
+            "endTimeUtc": iso(self.ended),
+            "warnings": self.warnings,
+            "tags": dict(self.properties.get("tags") or {}),
+            "properties": {
+                "azureml.batch.miniBatchesTotal": str(self.mini_batches_total),
+                "azureml.batch.miniBatchesCompleted": str(self.mini_batches_done),
+                "azureml.batch.miniBatchAttempts": str(self.mini_batch_attempts),
+                "azureml.batch.rowsScored": str(self.rows_scored),
+                "azureml.cancelRequested": str(self.cancel_requested).lower(),
+            },
+            "runDefinition": {},
+            "logFiles": {},
+        }
+        if self.error:
+            details["error"] = {"error": self.error}
+        return details

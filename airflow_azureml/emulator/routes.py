@@ -1,0 +1,511 @@
+"""Route handlers: ARM control plane, batch data plane, run history, discovery and the control API."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from airflow_azureml.emulator.faults import FaultRule
+from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, utcnow
+from airflow_azureml.emulator.runtime import EmulatorError, Workspace
+
+PROVIDER = "Microsoft.MachineLearningServices"
+JOBS_PAGE_SIZE = 100
+
+
+def arm_error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message, "details": []}}, status=status)
+
+
+class Routes:
+    """Binds the workspace to HTTP. One instance per emulator."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        *,
+        base_url: str,
+        subscription_id: str,
+        resource_group: str,
+        workspace: str,
+        location: str,
+        lro_retry_after: str,
+        plan: Any,
+        identity: Any,
+        request_log: list[dict[str, Any]],
+    ) -> None:
+        self.ws = ws
+        self.base_url = base_url
+        self.sub = subscription_id
+        self.rg = resource_group
+        self.workspace = workspace
+        self.location = location
+        self.lro_retry_after = lro_retry_after
+        self.plan = plan
+        self.identity = identity
+        self.request_log = request_log
+        self.operations: dict[str, tuple[str, str]] = {}  # op id -> (kind, name)
+
+    # ------------------------------------------------------------------ ids
+    @property
+    def ws_id(self) -> str:
+        return (
+            f"/subscriptions/{self.sub}/resourceGroups/{self.rg}/providers/{PROVIDER}/workspaces/{self.workspace}"
+        )
+
+    def _check_scope(self, request: web.Request) -> None:
+        info = request.match_info
+        if info.get("sub") != self.sub or info.get("rg", "").lower() != self.rg.lower():
+            raise EmulatorError(404, "ResourceGroupNotFound", f"Resource group '{info.get('rg')}' could not be found.")
+        if info.get("ws") != self.workspace:
+            raise EmulatorError(
+                404, "ResourceNotFound", f"The Resource '{PROVIDER}/workspaces/{info.get('ws')}' was not found."
+            )
+
+    def _lro_headers(self, kind: str, name: str) -> dict[str, str]:
+        op = uuid.uuid4().hex
+        self.operations[op] = (kind, name)
+        url = (
+            f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}"
+            f"/mfeOperationsStatus/{op}?api-version=2024-10-01"
+        )
+        return {"Azure-AsyncOperation": url, "Location": url, "Retry-After": self.lro_retry_after}
+
+    def add_to(self, app: web.Application) -> None:
+        w = "/subscriptions/{sub}/resourceGroups/{rg}/providers/" + PROVIDER + "/workspaces/{ws}"
+        r = app.router
+        r.add_get(w, self.get_workspace)
+        r.add_get(w + "/computes", self.list_computes)
+        r.add_route("*", w + "/computes/{name}", self.compute)
+        r.add_get(w + "/batchEndpoints", self.list_endpoints)
+        r.add_route("*", w + "/batchEndpoints/{ep}", self.endpoint)
+        r.add_get(w + "/batchEndpoints/{ep}/deployments", self.list_deployments)
+        r.add_route("*", w + "/batchEndpoints/{ep}/deployments/{name}", self.deployment)
+        r.add_get(w + "/jobs", self.list_jobs)
+        r.add_route("*", w + "/jobs/{name}", self.job)
+        r.add_post(w + "/jobs/{name}/cancel", self.cancel_job)
+        r.add_get(w + "/datastores", self.list_datastores)
+        r.add_get(w + "/datastores/{name}", self.get_datastore)
+        r.add_get(w + "/models/{name}", self.get_model_container)
+        r.add_get(w + "/models/{name}/versions", self.list_model_versions)
+        r.add_get(w + "/models/{name}/versions/{version}", self.get_model_version)
+        r.add_get("/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/mfeOperationsStatus/{op}",
+                  self.operation_status)
+        r.add_get("/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/jobCancel/{name}",
+                  self.cancel_status)
+        r.add_post("/inference/batch/{ep}/jobs", self.invoke)
+        r.add_get("/discovery/workspaces/{ws}", self.discovery)
+        history = "/history/v1.0" + w
+        r.add_get(history + "/runs/{run}/details", self.run_details)
+        r.add_get(history + "/experiments/{exp}/runs/{run}/details", self.run_details)
+        r.add_get(history + "/experimentids/{exp}/runs/{run}/details", self.run_details)
+        r.add_get("/_emulator/jobs/{name}", self.control_job)
+        r.add_get("/_emulator/requests", self.control_requests)
+        r.add_post("/_emulator/faults", self.control_faults)
+        r.add_delete("/_emulator/faults", self.control_clear_faults)
+        r.add_post("/_emulator/clusters/{name}/{action}", self.control_cluster)
+        r.add_post("/_emulator/tokens/expire", self.control_expire_tokens)
+
+    # -------------------------------------------------------------- workspace
+    async def get_workspace(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        return web.json_response(self.workspace_json())
+
+    def workspace_json(self) -> dict[str, Any]:
+        now = utcnow()
+        return {
+            "id": self.ws_id,
+            "name": self.workspace,
+            "type": f"{PROVIDER}/workspaces",
+            "location": self.location,
+            "kind": "Default",
+            "tags": {},
+            "identity": {"type": "SystemAssigned", "principalId": str(uuid.UUID(int=1)), "tenantId": self.identity.tenant_id},
+            "sku": {"name": "Basic", "tier": "Basic"},
+            "properties": {
+                "friendlyName": self.workspace,
+                "description": "airflow-azureml local emulator",
+                "discoveryUrl": f"{self.base_url}/discovery/workspaces/{self.workspace}",
+                "workspaceId": str(uuid.uuid5(uuid.NAMESPACE_URL, self.ws_id)),
+                "provisioningState": "Succeeded",
+                "storageAccount": f"/subscriptions/{self.sub}/resourceGroups/{self.rg}/providers/Microsoft.Storage/storageAccounts/emulatorstore",
+                "keyVault": f"/subscriptions/{self.sub}/resourceGroups/{self.rg}/providers/Microsoft.KeyVault/vaults/emulatorkv",
+                "applicationInsights": None,
+                "containerRegistry": None,
+                "hbiWorkspace": False,
+                "publicNetworkAccess": "Enabled",
+                "v1LegacyMode": False,
+                "mlFlowTrackingUri": f"azureml://{self.location}.api.azureml.ms/mlflow/v1.0{self.ws_id}",
+                "creationTime": now.isoformat(),
+            },
+            "systemData": {"createdAt": now.isoformat(), "createdBy": "emulator", "createdByType": "Application"},
+        }
+
+    # ---------------------------------------------------------------- computes
+    async def list_computes(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        return web.json_response({"value": [c.to_arm(self.ws_id) for c in self.ws.computes.values()]})
+
+    async def compute(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        name = request.match_info["name"]
+        if request.method == "GET":
+            compute = self.ws.computes.get(name)
+            if compute is None:
+                return _not_found("computes", name)
+            return web.json_response(compute.to_arm(self.ws_id))
+        if request.method == "PUT":
+            body = await request.json()
+            compute, created = self.ws.put_compute(name, body)
+            return web.json_response(
+                compute.to_arm(self.ws_id), status=201 if created else 200, headers=self._lro_headers("compute", name)
+            )
+        if request.method == "DELETE":
+            existed = self.ws.delete_compute(name)
+            if not existed:
+                return web.Response(status=204)
+            return web.Response(status=202, headers=self._lro_headers("deleted", name))
+        return web.Response(status=405)
+
+    # ----------------------------------------------------- batch endpoints
+    async def list_endpoints(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        return web.json_response({"value": [self._endpoint_json(n) for n in self.ws.endpoints]})
+
+    def _endpoint_json(self, name: str) -> dict[str, Any]:
+        ep = self.ws.endpoints[name]
+        defaults = (ep.body.get("properties") or {}).get("defaults") or {}
+        return ep.to_arm(
+            f"{self.ws_id}/batchEndpoints/{name}",
+            f"{PROVIDER}/workspaces/batchEndpoints",
+            {
+                "scoringUri": f"{self.base_url}/inference/batch/{name}/jobs",
+                "swaggerUri": f"{self.base_url}/inference/batch/{name}/swagger.json",
+                "authMode": (ep.body.get("properties") or {}).get("authMode", "AADToken"),
+                "defaults": defaults,
+            },
+        )
+
+    async def endpoint(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        name = request.match_info["ep"]
+        if request.method == "GET":
+            if name not in self.ws.endpoints:
+                return _not_found("batchEndpoints", name)
+            return web.json_response(self._endpoint_json(name))
+        if request.method in ("PUT", "PATCH"):
+            body = await request.json()
+            if request.method == "PATCH":
+                if name not in self.ws.endpoints:
+                    return _not_found("batchEndpoints", name)
+                merged = dict(self.ws.endpoints[name].body)
+                merged_props = dict(merged.get("properties") or {})
+                merged_props.update(body.get("properties") or {})
+                merged["properties"] = merged_props
+                body = merged
+            _, created = self.ws.put_endpoint(name, body)
+            return web.json_response(
+                self._endpoint_json(name), status=201 if created else 200, headers=self._lro_headers("endpoint", name)
+            )
+        if request.method == "DELETE":
+            if self.ws.endpoints.pop(name, None) is None:
+                return web.Response(status=204)
+            for key in [k for k in self.ws.deployments if k[0] == name]:
+                del self.ws.deployments[key]
+            return web.Response(status=202, headers=self._lro_headers("deleted", name))
+        return web.Response(status=405)
+
+    async def list_deployments(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        ep = request.match_info["ep"]
+        return web.json_response(
+            {"value": [self._deployment_json(ep, n) for (e, n) in self.ws.deployments if e == ep]}
+        )
+
+    def _deployment_json(self, ep: str, name: str) -> dict[str, Any]:
+        return self.ws.deployments[(ep, name)].to_arm(
+            f"{self.ws_id}/batchEndpoints/{ep}/deployments/{name}", f"{PROVIDER}/workspaces/batchEndpoints/deployments"
+        )
+
+    async def deployment(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        ep, name = request.match_info["ep"], request.match_info["name"]
+        if request.method == "GET":
+            if (ep, name) not in self.ws.deployments:
+                return _not_found("deployments", name)
+            return web.json_response(self._deployment_json(ep, name))
+        if request.method == "PUT":
+            _, created = self.ws.put_deployment(ep, name, await request.json())
+            return web.json_response(
+                self._deployment_json(ep, name),
+                status=201 if created else 200,
+                headers=self._lro_headers("deployment", f"{ep}/{name}"),
+            )
+        if request.method == "DELETE":
+            if self.ws.deployments.pop((ep, name), None) is None:
+                return web.Response(status=204)
+            return web.Response(status=202, headers=self._lro_headers("deleted", name))
+        return web.Response(status=405)
+
+    async def operation_status(self, request: web.Request) -> web.Response:
+        op = self.operations.get(request.match_info["op"])
+        if op is None:
+            return arm_error(404, "NotFound", "Operation not found")
+        kind, name = op
+        status = "Succeeded"
+        if kind == "compute":
+            compute = self.ws.computes.get(name)
+            if compute is None:
+                status = "Failed"
+            elif compute.provisioning_state in ("Creating", "Updating"):
+                status = "InProgress"
+        body: dict[str, Any] = {"id": request.path, "name": request.match_info["op"], "status": status}
+        if status == "InProgress":
+            return web.json_response(body, headers={"Retry-After": self.lro_retry_after})
+        body["endTime"] = utcnow().isoformat()
+        return web.json_response(body)
+
+    # ------------------------------------------------------------------- jobs
+    async def list_jobs(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        q = request.query
+        jobs = list(self.ws.jobs.values())
+        if q.get("jobType"):
+            jobs = [j for j in jobs if j.job_type.lower() == q["jobType"].lower()]
+        if q.get("tag"):
+            jobs = [j for j in jobs if q["tag"] in (j.properties.get("tags") or {})]
+        if q.get("properties"):
+            for pair in q["properties"].split(","):
+                key, _, value = pair.partition("=")
+                jobs = [
+                    j for j in jobs
+                    if (j.to_arm(self.ws_id)["properties"].get("properties") or {}).get(key) == value
+                    or (not value and key in (j.properties.get("properties") or {}))
+                ]
+        if q.get("statuses"):  # emulator extension, not in the 2024-10-01 swagger
+            wanted = {s.strip() for s in q["statuses"].split(",")}
+            jobs = [j for j in jobs if j.status in wanted]
+        if q.get("listViewType", "ActiveOnly") == "ArchivedOnly":
+            jobs = []
+        skip = int(q.get("$skip", "0") or 0)
+        page = jobs[skip : skip + JOBS_PAGE_SIZE]
+        body: dict[str, Any] = {"value": [j.to_arm(self.ws_id) for j in page]}
+        if skip + JOBS_PAGE_SIZE < len(jobs):
+            params = {k: v for k, v in q.items() if k != "$skip"}
+            params["$skip"] = str(skip + JOBS_PAGE_SIZE)
+            body["nextLink"] = f"{self.base_url}{request.path}?{urlencode(params)}"
+        return web.json_response(body)
+
+    async def job(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        name = request.match_info["name"]
+        if request.method == "GET":
+            job = self.ws.jobs.get(name)
+            if job is None:
+                return arm_error(404, "UserError", f"Job {name} not found in workspace {self.workspace}")
+            return web.json_response(job.to_arm(self.ws_id))
+        if request.method == "PUT":
+            job, created = self.ws.put_command_job(name, await request.json())
+            return web.json_response(job.to_arm(self.ws_id), status=201 if created else 200)
+        return web.Response(status=405)
+
+    async def cancel_job(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        name = request.match_info["name"]
+        self.ws.cancel_job(name)
+        loc = f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}/jobCancel/{name}"
+        return web.Response(status=202, headers={"Location": loc, "Retry-After": self.lro_retry_after})
+
+    async def cancel_status(self, request: web.Request) -> web.Response:
+        job = self.ws.jobs.get(request.match_info["name"])
+        if job is not None and job.status in ACTIVE_JOB_STATES:
+            return web.Response(status=202, headers={"Retry-After": self.lro_retry_after})
+        return web.json_response({})
+
+    # ------------------------------------------------------------- datastores
+    def _datastore_json(self, name: str) -> dict[str, Any]:
+        return {
+            "id": f"{self.ws_id}/datastores/{name}",
+            "name": name,
+            "type": f"{PROVIDER}/workspaces/datastores",
+            "properties": {
+                "datastoreType": "AzureBlob",
+                "accountName": "emulatorstore",
+                "containerName": name,
+                "endpoint": "core.windows.net",
+                "protocol": "https",
+                "isDefault": name == "workspaceblobstore",
+                "credentials": {"credentialsType": "None"},
+                "serviceDataAccessAuthIdentity": "None",
+                "description": f"local folder {self.ws.datastore_root(name)}",
+                "tags": {},
+                "properties": {},
+            },
+        }
+
+    async def list_datastores(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        root = self.ws.data_dir / "datastores"
+        names = sorted({"workspaceblobstore", *(p.name for p in root.iterdir() if p.is_dir())} if root.exists()
+                       else {"workspaceblobstore"})
+        if request.query.get("isDefault", "").lower() == "true":
+            names = ["workspaceblobstore"]
+        return web.json_response({"value": [self._datastore_json(n) for n in names]})
+
+    async def get_datastore(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        return web.json_response(self._datastore_json(request.match_info["name"]))
+
+    # ----------------------------------------------------------------- models
+    def _model_version_json(self, name: str, version: str) -> dict[str, Any]:
+        data = self.ws.models[name][version]
+        props = {k: v for k, v in data.items() if k != "createdAt"}
+        props.update({"isArchived": False, "stage": "Development", "provisioningState": "Succeeded"})
+        return {
+            "id": f"{self.ws_id}/models/{name}/versions/{version}",
+            "name": version,
+            "type": f"{PROVIDER}/workspaces/models/versions",
+            "properties": props,
+            "systemData": {"createdAt": data["createdAt"], "createdBy": "emulator", "createdByType": "Application"},
+        }
+
+    async def get_model_container(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        name = request.match_info["name"]
+        if name not in self.ws.models:
+            return _not_found("models", name)
+        latest = max(self.ws.models[name], key=_version_key)
+        return web.json_response(
+            {
+                "id": f"{self.ws_id}/models/{name}",
+                "name": name,
+                "type": f"{PROVIDER}/workspaces/models",
+                "properties": {"latestVersion": latest, "nextVersion": str(int(latest) + 1) if latest.isdigit() else None,
+                               "isArchived": False, "tags": {}, "properties": {}},
+            }
+        )
+
+    async def list_model_versions(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        name = request.match_info["name"]
+        versions = sorted(self.ws.models.get(name, {}), key=_version_key, reverse=True)
+        if request.query.get("version"):
+            versions = [v for v in versions if v == request.query["version"]]
+        top = request.query.get("$top")
+        if top:
+            versions = versions[: int(top)]
+        return web.json_response({"value": [self._model_version_json(name, v) for v in versions]})
+
+    async def get_model_version(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        name, version = request.match_info["name"], request.match_info["version"]
+        if version not in self.ws.models.get(name, {}):
+            return _not_found("models", f"{name}:{version}")
+        return web.json_response(self._model_version_json(name, version))
+
+    # ------------------------------------------------------------ data plane
+    async def invoke(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        job = self.ws.invoke_batch(
+            request.match_info["ep"],
+            request.headers.get("azureml-model-deployment"),
+            body,
+            request.headers.get("repeatability-request-id"),
+        )
+        arm = job.to_arm(self.ws_id)
+        return web.json_response(
+            {
+                "id": arm["id"],
+                "name": job.name,
+                "type": "Microsoft.MachineLearningServices/workspaces/batchEndpoints/jobs",
+                "properties": {
+                    "status": job.status,
+                    "outputFileName": None,
+                    "output": {"uri": job.output_uri},
+                    "interactionEndpoints": {"Studio": {"endpoint": f"{self.base_url}/_emulator/jobs/{job.name}"}},
+                },
+                "systemData": arm["systemData"],
+            }
+        )
+
+    async def discovery(self, request: web.Request) -> web.Response:
+        base = self.base_url
+        return web.json_response(
+            {
+                "api": base,
+                "catalog": base,
+                "experimentation": base,
+                "gallery": base,
+                "history": base,
+                "hyperdrive": base,
+                "labeling": base,
+                "modelmanagement": base,
+                "pipelines": base,
+                "studio": f"{base}/_emulator",
+            }
+        )
+
+    async def run_details(self, request: web.Request) -> web.Response:
+        self._check_scope(request)
+        job = self.ws.jobs.get(request.match_info["run"])
+        if job is None:
+            return arm_error(404, "UserError", f"Run {request.match_info['run']} not found")
+        return web.json_response(job.to_run_details())
+
+    # ------------------------------------------------------------ control API
+    async def control_job(self, request: web.Request) -> web.Response:
+        job = self.ws.jobs.get(request.match_info["name"])
+        if job is None:
+            return arm_error(404, "NotFound", "no such job")
+        return web.json_response({"job": job.to_arm(self.ws_id), "runDetails": job.to_run_details()})
+
+    async def control_requests(self, request: web.Request) -> web.Response:
+        return web.json_response(self.request_log[-int(request.query.get("last", "1000")):])
+
+    async def control_faults(self, request: web.Request) -> web.Response:
+        data = await request.json()
+        rules = data if isinstance(data, list) else [data]
+        try:
+            for rule in rules:
+                self.plan.add(FaultRule.from_dict(rule))
+        except (TypeError, ValueError) as exc:
+            return arm_error(400, "BadRequest", str(exc))
+        return web.json_response({"rules": len(self.plan.rules)})
+
+    async def control_clear_faults(self, request: web.Request) -> web.Response:
+        self.plan.clear()
+        return web.json_response({"rules": 0})
+
+    async def control_cluster(self, request: web.Request) -> web.Response:
+        name, action = request.match_info["name"], request.match_info["action"]
+        data = await request.json() if request.can_read_body else {}
+        if action == "preempt":
+            return web.json_response({"ended": self.ws.preempt_cluster(name, data.get("form", "canceled"))})
+        if action == "evict":
+            return web.json_response({"evicted": self.ws.evict_nodes(name, int(data.get("count", 1)))})
+        if action == "capacity":
+            self.ws.set_capacity(name, data.get("nodes"))
+            return web.json_response({"capacity": data.get("nodes")})
+        if action == "eviction-rate":
+            self.ws.set_eviction_rate(name, float(data.get("rate", 0)))
+            return web.json_response({"rate": data.get("rate", 0)})
+        return arm_error(404, "NotFound", f"unknown action {action!r}")
+
+    async def control_expire_tokens(self, request: web.Request) -> web.Response:
+        return web.json_response({"expired": self.identity.expire_all()})
+
+
+def _not_found(kind: str, name: str) -> web.Response:
+    return arm_error(404, "ResourceNotFound", f"The resource '{kind}/{name}' was not found.")
+
+
+def _version_key(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (-1, version)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, default=str)

@@ -1,0 +1,659 @@
+"""The emulated workspace: resources, node allocation, and the batch-scoring runtime.
+
+Batch semantics follow the source documents: input files are cut into mini-batches,
+mini-batches run on ``instance_count`` nodes x ``max_concurrency_per_instance`` workers,
+an evicted node's in-flight mini-batches go back in the queue (finished ones are kept),
+and a whole-cluster preemption ends the job (Canceled for lack of capacity, or Failed with
+the PreemptionError that users report).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_azureml.emulator.models import (
+    ACTIVE_JOB_STATES,
+    CAPACITY_LOST_MESSAGE,
+    PREEMPTION_ERROR_MESSAGE,
+    TERMINAL_JOB_STATES,
+    Compute,
+    Job,
+    Node,
+    TrackedResource,
+    parse_duration_seconds,
+    utcnow,
+)
+from airflow_azureml.emulator.scoring import ScoringRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Timing:
+    """Simulated durations, in seconds. Small by default so that tests and the demo stay fast."""
+
+    provisioning: float = 0.05
+    node_startup: float = 0.1
+    mini_batch: float = 0.05
+    command_job: float = 0.3
+    tick: float = 0.02
+
+
+class EmulatorError(Exception):
+    """An error the emulator reports to clients as an ARM error body."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class Workspace:
+    """All state of one emulated workspace. Methods run on the emulator's event loop."""
+
+    def __init__(self, data_dir: Path, *, seed: int = 0, timing: Timing | None = None) -> None:
+        self.data_dir = data_dir
+        self.timing = timing or Timing()
+        self.rng = random.Random(seed)
+        self.computes: dict[str, Compute] = {}
+        self.endpoints: dict[str, TrackedResource] = {}
+        self.deployments: dict[tuple[str, str], TrackedResource] = {}
+        self.jobs: dict[str, Job] = {}
+        self.models: dict[str, dict[str, dict[str, Any]]] = {}
+        self.scoring = ScoringRegistry()
+        self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
+        self._runners: dict[str, asyncio.Task[None]] = {}
+        self._node_workers: dict[str, list[asyncio.Task[None]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self.register_model("heart-classifier", "1", scoring_module="airflow_azureml.emulator.scoring.heart")
+
+    # ------------------------------------------------------------------ paths
+    def datastore_root(self, datastore: str) -> Path:
+        root = self.data_dir / "datastores" / datastore
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    def resolve_uri(self, uri: str) -> Path:
+        """Map ``azureml://datastores/<ds>/paths/<p>`` (or the long ARM form) to a local folder."""
+        marker = "/datastores/"
+        if "azureml:" not in uri or marker not in uri:
+            raise EmulatorError(400, "UserError", f"Unsupported data path {uri!r}: use azureml://datastores/...")
+        rest = uri.split(marker, 1)[1]
+        datastore, _, tail = rest.partition("/paths/")
+        datastore = datastore.strip("/")
+        root = self.datastore_root(datastore).resolve()
+        target = (root / tail.strip("/")).resolve()
+        if root not in target.parents and target != root:
+            raise EmulatorError(400, "UserError", f"Data path {uri!r} escapes its datastore")
+        return target
+
+    # ----------------------------------------------------------------- models
+    def register_model(self, name: str, version: str, *, scoring_module: str | None = None) -> None:
+        now = utcnow().isoformat()
+        self.models.setdefault(name, {})[version] = {
+            "description": "demo model served by the emulator",
+            "modelType": "mlflow_model",
+            "flavors": {"python_function": {"data": {"loader_module": "mlflow.pyfunc.model"}}},
+            "modelUri": f"azureml://datastores/workspaceblobstore/paths/models/{name}/{version}",
+            "properties": {},
+            "tags": {},
+            "createdAt": now,
+        }
+        if scoring_module:
+            self.scoring.register(name, scoring_module)
+
+    # --------------------------------------------------------------- computes
+    def put_compute(self, name: str, body: dict[str, Any]) -> tuple[Compute, bool]:
+        props = dict(body.get("properties") or {})
+        compute_type = props.get("computeType", "AmlCompute")
+        if compute_type not in ("AmlCompute", "Kubernetes"):
+            raise EmulatorError(400, "BadRequest", f"computeType {compute_type!r} is not supported here")
+        existing = self.computes.get(name)
+        if existing is not None and existing.compute_type != compute_type:
+            raise EmulatorError(
+                409, "Conflict", f"Compute {name!r} exists with type {existing.compute_type}"
+            )
+        inner = dict(props.get("properties") or {})
+        if compute_type == "AmlCompute":
+            scale = inner.get("scaleSettings") or {}
+            lo, hi = int(scale.get("minNodeCount", 0)), int(scale.get("maxNodeCount", 1))
+            if lo > hi:
+                raise EmulatorError(400, "BadRequest", "minNodeCount cannot exceed maxNodeCount")
+            if existing is not None and existing.low_priority != (
+                str(inner.get("vmPriority", "Dedicated")).lower() == "lowpriority"
+            ):
+                raise EmulatorError(409, "Conflict", "vmPriority of an existing cluster cannot be changed")
+        props.pop("provisioningState", None)
+        created = existing is None
+        if existing is None:
+            existing = Compute(
+                name=name, compute_type=compute_type, location=body.get("location") or "eastus", body=props
+            )
+            self.computes[name] = existing
+        else:
+            existing.body = props
+            existing.modified = utcnow()
+            existing.provisioning_state = "Updating"
+        self._spawn(self._finish_provisioning(existing))
+        return existing, created
+
+    async def _finish_provisioning(self, compute: Compute) -> None:
+        await asyncio.sleep(self.timing.provisioning)
+        compute.provisioning_state = "Succeeded"
+        compute.modified = utcnow()
+
+    def delete_compute(self, name: str) -> bool:
+        compute = self.computes.pop(name, None)
+        if compute is None:
+            return False
+        for job in self.jobs.values():
+            if job.compute == name and job.status in ACTIVE_JOB_STATES:
+                self._end_job(job, "Failed", error={"code": "UserError", "message": "Compute was deleted"})
+        return True
+
+    # -------------------------------------------------------- batch resources
+    def put_endpoint(self, name: str, body: dict[str, Any]) -> tuple[TrackedResource, bool]:
+        existing = self.endpoints.get(name)
+        if existing is None:
+            self.endpoints[name] = TrackedResource(name=name, body=body)
+            return self.endpoints[name], True
+        existing.body = body
+        existing.modified = utcnow()
+        return existing, False
+
+    def put_deployment(self, endpoint: str, name: str, body: dict[str, Any]) -> tuple[TrackedResource, bool]:
+        if endpoint not in self.endpoints:
+            raise EmulatorError(404, "ResourceNotFound", f"Batch endpoint {endpoint!r} not found")
+        props = body.get("properties") or {}
+        compute_name = _short_name(props.get("compute"))
+        if not compute_name or compute_name not in self.computes:
+            raise EmulatorError(400, "UserError", f"Compute {props.get('compute')!r} not found in the workspace")
+        compute = self.computes[compute_name]
+        resources = props.get("resources") or {}
+        if compute.compute_type == "Kubernetes":
+            self.check_instance_type(compute, resources.get("instanceType"))
+        model = props.get("model") or {}
+        asset = model.get("assetId") or ""
+        model_name = _model_name_from_asset(asset)
+        if model_name and model_name not in self.models:
+            raise EmulatorError(400, "UserError", f"Model {model_name!r} is not registered")
+        key = (endpoint, name)
+        existing = self.deployments.get(key)
+        if existing is None:
+            self.deployments[key] = TrackedResource(name=name, body=body)
+            return self.deployments[key], True
+        existing.body = body
+        existing.modified = utcnow()
+        return existing, False
+
+    def check_instance_type(self, compute: Compute, instance_type: str | None) -> dict[str, Any]:
+        types = compute.instance_types()
+        chosen = instance_type or "defaultinstancetype"
+        lowered = {k.lower(): v for k, v in types.items()}
+        if chosen.lower() not in lowered:
+            raise EmulatorError(
+                400,
+                "UserError",
+                f"Instance type {chosen!r} is not defined on Kubernetes compute {compute.name!r}; "
+                f"known: {sorted(types)}",
+            )
+        return lowered[chosen.lower()]
+
+    # ------------------------------------------------------------------- jobs
+    def find_job_by_repeatability(self, request_id: str | None) -> Job | None:
+        if not request_id:
+            return None
+        return next((j for j in self.jobs.values() if j.repeatability_id == request_id), None)
+
+    def invoke_batch(
+        self, endpoint: str, deployment_name: str | None, body: dict[str, Any], request_id: str | None
+    ) -> Job:
+        """Create a batch job from the data-plane invoke body (as ``batch_endpoints.invoke`` sends it)."""
+        replay = self.find_job_by_repeatability(request_id)
+        if replay is not None:
+            return replay
+        ep = self.endpoints.get(endpoint)
+        if ep is None:
+            raise EmulatorError(404, "ResourceNotFound", f"Batch endpoint {endpoint!r} not found")
+        if not deployment_name:
+            deployment_name = ((ep.body.get("properties") or {}).get("defaults") or {}).get("deploymentName")
+        deployment = self.deployments.get((endpoint, deployment_name or ""))
+        if deployment is None:
+            raise EmulatorError(
+                404, "ResourceNotFound", f"Deployment {deployment_name!r} not found on endpoint {endpoint!r}"
+            )
+        props = body.get("properties") or {}
+        name = props.get("name") or str(uuid.uuid4())
+        if name in self.jobs:
+            raise EmulatorError(409, "UserError", f"A job named {name!r} already exists in this workspace")
+        dep = dict(deployment.body.get("properties") or {})
+        overrides = props.get("outputFileName"), props.get("miniBatchSize"), props.get("instanceCount")
+        input_uri = _first_input_uri(props.get("inputData") or props.get("inputDataset") or {})
+        if not input_uri:
+            raise EmulatorError(400, "UserError", "The invocation has no input data")
+        input_dir = self.resolve_uri(input_uri)
+        if not input_dir.exists():
+            raise EmulatorError(400, "UserError", f"Input path {input_uri!r} does not exist")
+        output_uri = _output_uri(props, name)
+        compute = _short_name(dep.get("compute")) or ""
+        experiment = (props.get("properties") or {}).get("experimentName") or endpoint
+        tags = dict(props.get("tags") or {})
+        job = Job(
+            name=name,
+            job_type="Pipeline",
+            compute=compute,
+            experiment_name=experiment,
+            repeatability_id=request_id,
+            endpoint=endpoint,
+            deployment=deployment.name,
+            output_uri=output_uri,
+            properties={
+                "displayName": name,
+                "tags": tags,
+                "properties": {
+                    "azureml.batchrun": "true",
+                    "azureml.deploymentname": deployment.name,
+                    "azureml.endpointname": endpoint,
+                    "azureml.batch.inputUri": input_uri,
+                },
+                "inputs": {
+                    "input_data": {"jobInputType": "uri_folder", "uri": input_uri, "mode": "ReadOnlyMount"}
+                },
+                "outputs": {"score": {"jobOutputType": "uri_folder", "uri": output_uri, "mode": "Upload"}},
+            },
+        )
+        self.jobs[name] = job
+        settings = _BatchSettings.from_deployment(dep, *overrides)
+        self._runners[name] = self._spawn(self._run_batch(job, settings, input_dir))
+        return job
+
+    def put_command_job(self, name: str, body: dict[str, Any]) -> tuple[Job, bool]:
+        existing = self.jobs.get(name)
+        if existing is not None:
+            return existing, False
+        props = dict(body.get("properties") or {})
+        compute_name = _short_name(props.get("computeId")) or ""
+        compute = self.computes.get(compute_name)
+        if compute is None:
+            raise EmulatorError(400, "UserError", f"Compute {props.get('computeId')!r} not found")
+        if compute.compute_type == "Kubernetes":
+            resources = props.get("resources") or {}
+            itype = self.check_instance_type(compute, resources.get("instanceType"))
+            _check_fits(resources.get("properties") or {}, itype)
+        job = Job(
+            name=name,
+            job_type=props.get("jobType", "Command"),
+            compute=compute_name,
+            experiment_name=props.get("experimentName") or "Default",
+            properties={k: v for k, v in props.items() if k not in ("status", "computeId", "jobType")},
+        )
+        self.jobs[name] = job
+        self._runners[name] = self._spawn(self._run_command(job, compute))
+        return job, True
+
+    def cancel_job(self, name: str) -> Job:
+        job = self.jobs.get(name)
+        if job is None:
+            raise EmulatorError(404, "UserError", f"Job {name!r} not found")
+        if job.status in TERMINAL_JOB_STATES:
+            return job
+        job.cancel_requested = True
+        job.set_status("CancelRequested")
+        self._spawn(self._finish_cancel(job))
+        return job
+
+    async def _finish_cancel(self, job: Job) -> None:
+        await asyncio.sleep(self.timing.tick)
+        if job.status == "CancelRequested":
+            self._end_job(job, "Canceled")
+            job.warnings.append({"source": "user", "message": "Job was canceled by request."})
+
+    # ------------------------------------------------------------- node pool
+    def _free_capacity(self, compute: Compute) -> int:
+        return max(0, compute.capacity - len(compute.nodes))
+
+    def _allocate(self, compute: Compute, job: Job, wanted: int) -> list[Node]:
+        take = min(wanted, self._free_capacity(compute))
+        nodes = [Node(node_id=f"tvm-{uuid.uuid4().hex[:12]}", job_name=job.name) for _ in range(take)]
+        compute.nodes.extend(nodes)
+        return nodes
+
+    def _release(self, compute: Compute | None, job: Job) -> None:
+        if compute is None:
+            return
+        compute.nodes = [n for n in compute.nodes if n.job_name != job.name]
+
+    # ----------------------------------------------------------- batch runner
+    async def _run_batch(self, job: Job, settings: _BatchSettings, input_dir: Path) -> None:
+        files = sorted(str(p) for p in input_dir.rglob("*") if p.is_file())
+        batches = [files[i : i + settings.mini_batch_size] for i in range(0, len(files), settings.mini_batch_size)]
+        job.mini_batches_total = len(batches)
+        results: dict[int, list[str]] = {}
+        failures: dict[int, str] = {}
+        attempts: dict[int, int] = {}
+        queue: list[int] = list(range(len(batches)))
+        try:
+            await asyncio.sleep(self.timing.tick)
+            job.set_status("Queued")
+            compute = self.computes.get(job.compute)
+            if compute is None:
+                self._end_job(job, "Failed", error={"code": "UserError", "message": "Compute not found"})
+                return
+            scorer = self.scoring.load(self._model_of(job))
+            workers: dict[asyncio.Task[None], Node] = {}
+            in_flight: dict[asyncio.Task[None], int] = {}
+
+            async def work(node: Node, index: int) -> None:
+                attempts[index] = attempts.get(index, 0) + 1
+                job.mini_batch_attempts += 1
+                try:
+                    await asyncio.sleep(self.timing.mini_batch)
+                    rows = await asyncio.wait_for(
+                        asyncio.to_thread(scorer.run, batches[index]), timeout=settings.timeout
+                    )
+                    results[index] = rows
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the scoring script failed this mini-batch
+                    if attempts[index] <= settings.max_retries:
+                        queue.append(index)
+                    else:
+                        failures[index] = f"{type(exc).__name__}: {exc}"
+
+            while len(results) + len(failures) < len(batches):
+                compute = self.computes.get(job.compute)
+                if compute is None:
+                    raise _JobEnded()
+                mine = [n for n in compute.nodes if n.job_name == job.name]
+                missing = settings.instance_count - len(mine)
+                if missing > 0:
+                    for node in self._allocate(compute, job, missing):
+                        self._spawn(self._start_node(node))
+                    mine = [n for n in compute.nodes if n.job_name == job.name]
+                ready = [n for n in mine if n.state in ("idle", "running")]
+                if ready and job.status == "Queued":
+                    job.set_status("Running")
+                # evicted nodes: put their unfinished mini-batches back in the queue
+                for task, node in list(workers.items()):
+                    if node not in compute.nodes and not task.done():
+                        task.cancel()
+                for task in [t for t in workers if t.done()]:
+                    index = in_flight.pop(task)
+                    node = workers.pop(task)
+                    if task.cancelled() and index not in results:
+                        queue.insert(0, index)
+                    if node in compute.nodes and not any(w is node for w in workers.values()):
+                        node.state = "idle"
+                for node in ready:
+                    busy = sum(1 for n in workers.values() if n is node)
+                    while queue and busy < settings.max_concurrency:
+                        index = queue.pop(0)
+                        task = asyncio.get_running_loop().create_task(work(node, index))
+                        workers[task] = node
+                        in_flight[task] = index
+                        node.state = "running"
+                        busy += 1
+                job.mini_batches_done = len(results)
+                await asyncio.sleep(self.timing.tick)
+            job.set_status("Finalizing")
+            if failures:
+                first = min(failures)
+                self._end_job(
+                    job,
+                    "Failed",
+                    error={
+                        "code": "UserError",
+                        "message": f"{len(failures)} mini-batch(es) failed after "
+                        f"{settings.max_retries} retries; first: mini-batch {first}: {failures[first]}",
+                    },
+                )
+                return
+            rows = [row for index in range(len(batches)) for row in results[index]]
+            job.rows_scored = len(rows)
+            if settings.output_action == "append_row":
+                self._write_output(job, settings.output_file_name, rows)
+            self._end_job(job, "Completed")
+        except _JobEnded:
+            return
+        except asyncio.CancelledError:
+            return
+        finally:
+            for task in list(locals().get("workers", {})):
+                task.cancel()
+            self._release(self.computes.get(job.compute), job)
+
+    def _model_of(self, job: Job) -> str:
+        dep = self.deployments.get((job.endpoint or "", job.deployment or ""))
+        asset = (((dep.body if dep else {}).get("properties") or {}).get("model") or {}).get("assetId") or ""
+        return _model_name_from_asset(asset) or "heart-classifier"
+
+    async def _start_node(self, node: Node) -> None:
+        await asyncio.sleep(self.timing.node_startup)
+        if node.state == "preparing":
+            node.state = "idle"
+
+    def _write_output(self, job: Job, file_name: str, rows: list[str]) -> None:
+        folder = self.resolve_uri(job.output_uri or "")
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / file_name
+        tmp = folder / f".{file_name}.{job.name}.tmp"
+        tmp.write_text("".join(r if r.endswith("\n") else r + "\n" for r in rows))
+        tmp.replace(target)
+
+    async def _run_command(self, job: Job, compute: Compute) -> None:
+        try:
+            await asyncio.sleep(self.timing.tick)
+            job.set_status("Queued")
+            nodes: list[Node] = []
+            if compute.compute_type == "AmlCompute":
+                while not nodes:
+                    nodes = self._allocate(compute, job, 1)
+                    if not nodes:
+                        await asyncio.sleep(self.timing.tick)
+                await asyncio.sleep(self.timing.node_startup)
+                for node in nodes:
+                    node.state = "running"
+            job.set_status("Running")
+            await asyncio.sleep(self.timing.command_job)
+            if compute.compute_type == "AmlCompute" and not any(n in compute.nodes for n in nodes):
+                return  # preempted: the preemption already ended the job
+            self._end_job(job, "Completed")
+        except asyncio.CancelledError:
+            return
+        finally:
+            self._release(self.computes.get(job.compute), job)
+
+    def _end_job(self, job: Job, status: str, *, error: dict[str, Any] | None = None) -> None:
+        if job.status in TERMINAL_JOB_STATES:
+            return
+        job.error = error
+        job.set_status(status)
+        runner = self._runners.pop(job.name, None)
+        current = asyncio.current_task()
+        if runner is not None and runner is not current and not runner.done():
+            runner.cancel()
+        self._release(self.computes.get(job.compute), job)
+
+    # ---------------------------------------------------------------- faults
+    def evict_nodes(self, cluster: str, count: int) -> int:
+        """Evict ``count`` busy nodes: their in-flight mini-batches are redone elsewhere."""
+        compute = self._cluster(cluster)
+        busy = [n for n in compute.nodes if n.state in ("running", "idle", "preparing")]
+        busy.sort(key=lambda n: n.state != "running")
+        victims = busy[:count]
+        for node in victims:
+            compute.nodes.remove(node)
+            node.state = "preempted"
+        compute.preempted_node_count += len(victims)
+        compute.modified = utcnow()
+        return len(victims)
+
+    def preempt_cluster(self, cluster: str, form: str = "canceled") -> list[str]:
+        """Preempt every node; running jobs end as Canceled (lost capacity) or Failed (PreemptionError)."""
+        if form not in ("canceled", "failed"):
+            raise EmulatorError(400, "BadRequest", "form must be 'canceled' or 'failed'")
+        compute = self._cluster(cluster)
+        compute.preempted_node_count += max(1, len(compute.nodes))
+        compute.nodes.clear()
+        compute.modified = utcnow()
+        ended = []
+        for job in list(self.jobs.values()):
+            if job.compute != cluster or job.status not in ACTIVE_JOB_STATES:
+                continue
+            if form == "canceled":
+                job.warnings.append({"source": "capacity", "message": CAPACITY_LOST_MESSAGE})
+                self._end_job(job, "Canceled")
+            else:
+                self._end_job(job, "Failed", error={"code": "UserError", "message": PREEMPTION_ERROR_MESSAGE})
+            ended.append(job.name)
+        return ended
+
+    def set_capacity(self, cluster: str, nodes: int | None) -> None:
+        self._cluster(cluster).capacity_override = nodes
+
+    def set_eviction_rate(self, cluster: str, per_node_per_second: float) -> None:
+        self._cluster(cluster)
+        self.eviction_rate[cluster] = per_node_per_second
+        if per_node_per_second > 0:
+            self._spawn(self._random_evictions(cluster))
+
+    async def _random_evictions(self, cluster: str) -> None:
+        step = max(self.timing.tick, 0.02)
+        while self.eviction_rate.get(cluster, 0) > 0 and cluster in self.computes:
+            compute = self.computes[cluster]
+            for node in list(compute.nodes):
+                if node.state == "running" and self.rng.random() < self.eviction_rate[cluster] * step:
+                    self.evict_nodes_specific(compute, node)
+            await asyncio.sleep(step)
+
+    def evict_nodes_specific(self, compute: Compute, node: Node) -> None:
+        if node in compute.nodes:
+            compute.nodes.remove(node)
+            node.state = "preempted"
+            compute.preempted_node_count += 1
+
+    def _cluster(self, name: str) -> Compute:
+        compute = self.computes.get(name)
+        if compute is None or compute.compute_type != "AmlCompute":
+            raise EmulatorError(404, "ResourceNotFound", f"AmlCompute cluster {name!r} not found")
+        return compute
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def shutdown(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+
+class _JobEnded(Exception):
+    pass
+
+
+@dataclass
+class _BatchSettings:
+    mini_batch_size: int
+    instance_count: int
+    max_concurrency: int
+    max_retries: int
+    timeout: float
+    output_action: str
+    output_file_name: str
+
+    @classmethod
+    def from_deployment(
+        cls, dep: dict[str, Any], output_file: Any, mini_batch: Any, instances: Any
+    ) -> _BatchSettings:
+        retry = dep.get("retrySettings") or {}
+        action = str(dep.get("outputAction") or "AppendRow").lower()
+        return cls(
+            mini_batch_size=max(1, int(mini_batch or dep.get("miniBatchSize") or 10)),
+            instance_count=max(1, int(instances or (dep.get("resources") or {}).get("instanceCount") or 1)),
+            max_concurrency=max(1, int(dep.get("maxConcurrencyPerInstance") or 1)),
+            max_retries=max(0, int(retry.get("maxRetries", 3))),
+            timeout=parse_duration_seconds(retry.get("timeout"), 30.0),
+            output_action="append_row" if action in ("appendrow", "append_row") else "summary_only",
+            output_file_name=str(output_file or dep.get("outputFileName") or "predictions.csv"),
+        )
+
+
+def _short_name(ref: Any) -> str | None:
+    if not ref:
+        return None
+    text = str(ref)
+    if text.startswith("azureml:"):
+        text = text[len("azureml:") :]
+    return text.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _model_name_from_asset(asset: str) -> str | None:
+    if not asset:
+        return None
+    if "/models/" in asset:
+        return asset.split("/models/", 1)[1].split("/", 1)[0]
+    text = asset[len("azureml:") :] if asset.startswith("azureml:") else asset
+    return text.split(":", 1)[0].split("@", 1)[0]
+
+
+def _first_input_uri(data: dict[str, Any]) -> str | None:
+    for value in data.values():
+        if isinstance(value, dict):
+            uri = value.get("uri") or value.get("path")
+            if uri:
+                return str(uri)
+    return None
+
+
+def _output_uri(props: dict[str, Any], job_name: str) -> str:
+    out = props.get("outputData") or {}
+    for value in out.values():
+        if isinstance(value, dict) and value.get("uri"):
+            return str(value["uri"]).rstrip("/") + "/"
+    dataset = props.get("outputDataset") or {}
+    if dataset.get("path"):
+        store = _short_name(dataset.get("datastoreId")) or "workspaceblobstore"
+        return f"azureml://datastores/{store}/paths/{str(dataset['path']).strip('/')}/"
+    return f"azureml://datastores/workspaceblobstore/paths/azureml/{job_name}/score/"
+
+
+_CPU_UNITS = {"m": 0.001}
+_MEM_UNITS = {
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "K": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+}
+
+
+def _quantity(value: Any, memory: bool) -> float:
+    text = str(value).strip()
+    units = _MEM_UNITS if memory else _CPU_UNITS
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * units[suffix]
+    return float(text)
+
+
+def _check_fits(resource_props: dict[str, Any], itype: dict[str, Any]) -> None:
+    """Reject a job whose requested resources exceed the instance type's limits, as the service does."""
+    limits = (itype.get("resources") or {}).get("limits") or {}
+    for key, wanted in (resource_props.get("resources") or {}).get("requests", {}).items():
+        if key in limits and limits[key] not in (None, ""):
+            memory = key == "memory"
+            if _quantity(wanted, memory) > _quantity(limits[key], memory):
+                raise EmulatorError(400, "UserError", f"Requested {key}={wanted} exceeds the instance type limit")

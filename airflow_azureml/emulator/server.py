@@ -1,0 +1,326 @@
+"""The emulator process: an aiohttp HTTPS app on 127.0.0.1, run in its own thread and event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import socket
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from aiohttp import web
+
+from airflow_azureml.emulator.certs import ensure_self_signed_cert
+from airflow_azureml.emulator.faults import FaultPlan, FaultRule
+from airflow_azureml.emulator.identity import Identity, add_identity_routes
+from airflow_azureml.emulator.models import Job
+from airflow_azureml.emulator.routes import Routes, arm_error
+from airflow_azureml.emulator.runtime import EmulatorError, Timing, Workspace
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PUBLIC_PREFIXES = ("/common/discovery/", "/discovery/")
+MAX_LOGGED_REQUESTS = 200_000
+
+
+class Emulator:
+    """A local Azure ML workspace. Use as a context manager, or ``start()`` / ``stop()``.
+
+    Everything it needs lives in ``data_dir``: the TLS certificate, datastore folders, and
+    ``emulator.json`` describing how to connect.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        *,
+        port: int = 0,
+        seed: int = 0,
+        timing: Timing | None = None,
+        subscription_id: str = "00000000-0000-0000-0000-000000000001",
+        resource_group: str = "rg-emulator",
+        workspace: str = "ws-emulator",
+        tenant_id: str = "00000000-0000-0000-0000-0000000000aa",
+        location: str = "eastus",
+        lro_retry_after: str = "0",
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port
+        self.subscription_id = subscription_id
+        self.resource_group = resource_group
+        self.workspace_name = workspace
+        self.tenant_id = tenant_id
+        self.location = location
+        self.lro_retry_after = lro_retry_after
+        self.client_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"airflow-azureml-client-{self.data_dir}"))
+        self.client_secret = self._load_or_create_secret()
+        self.workspace = Workspace(self.data_dir, seed=seed, timing=timing)
+        self.identity = Identity(tenant_id=tenant_id, clients={self.client_id: self.client_secret})
+        self.faults = FaultPlan(self.workspace.rng)
+        self.request_log: list[dict[str, Any]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self.base_url = ""
+
+    # ------------------------------------------------------------- lifecycle
+    def _load_or_create_secret(self) -> str:
+        path = self.data_dir / "client_secret"
+        if path.exists():
+            return path.read_text().strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_urlsafe(24)
+        path.write_text(secret)
+        path.chmod(0o600)
+        return secret
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Emulator:
+        cert, key = ensure_self_signed_cert(self.data_dir)
+        self.ca_cert = str(cert)
+        ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_ctx.load_cert_chain(cert, key)
+        self._thread = threading.Thread(target=self._serve, args=(ssl_ctx,), name="azureml-emulator", daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout=30)
+        if self._startup_error is not None:
+            raise RuntimeError(f"emulator failed to start: {self._startup_error}") from self._startup_error
+        self.write_connection_file()
+        return self
+
+    def _serve(self, ssl_ctx: ssl.SSLContext) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._start_site(ssl_ctx))
+        except BaseException as exc:  # surfaced to start()
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        loop.run_forever()
+        loop.run_until_complete(self.workspace.shutdown())
+        if self._runner is not None:
+            loop.run_until_complete(self._runner.cleanup())
+        loop.close()
+
+    async def _start_site(self, ssl_ctx: ssl.SSLContext) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.port = sock.getsockname()[1]
+        self.base_url = f"https://127.0.0.1:{self.port}"
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024**2)
+        self.routes = Routes(
+            self.workspace,
+            base_url=self.base_url,
+            subscription_id=self.subscription_id,
+            resource_group=self.resource_group,
+            workspace=self.workspace_name,
+            location=self.location,
+            lro_retry_after=self.lro_retry_after,
+            plan=self.faults,
+            identity=self.identity,
+            request_log=self.request_log,
+        )
+        add_identity_routes(app, self.identity, self.base_url)
+        self.routes.add_to(app)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock, ssl_context=ssl_ctx, backlog=2048).start()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._loop = None
+
+    # ------------------------------------------------------------ middleware
+    @web.middleware
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        started = time.monotonic()
+        entry: dict[str, Any] = {
+            "t": time.time(),
+            "method": request.method,
+            "path": request.path,
+            "query": dict(request.query),
+        }
+        if len(self.request_log) < MAX_LOGGED_REQUESTS:
+            self.request_log.append(entry)
+        try:
+            response = await self._dispatch(request, handler, entry)
+        except EmulatorError as exc:
+            response = arm_error(exc.status, exc.code, exc.message)
+        except web.HTTPException as exc:
+            response = arm_error(exc.status, "NotFound" if exc.status == 404 else "BadRequest", exc.reason)
+        entry["status"] = response.status
+        entry["ms"] = round((time.monotonic() - started) * 1000, 2)
+        if "Retry-After" in response.headers:
+            entry["retry_after"] = response.headers["Retry-After"]
+        return response
+
+    async def _dispatch(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        entry: dict[str, Any],
+    ) -> web.StreamResponse:
+        is_identity = "/oauth2/" in request.path or "/.well-known/" in request.path
+        if not is_identity and not request.path.startswith(PUBLIC_PREFIXES):
+            auth = request.headers.get("Authorization", "")
+            token = auth[7:] if auth.startswith("Bearer ") else ""
+            if not token or not self.identity.valid(token):
+                entry["auth"] = "rejected"
+                return web.json_response(
+                    {
+                        "error": {
+                            "code": "ExpiredAuthenticationToken" if token in self.identity.issued
+                            else "AuthenticationFailed",
+                            "message": "Authentication failed: the bearer token is missing, invalid or expired.",
+                        }
+                    },
+                    status=401,
+                    headers={"WWW-Authenticate": f'Bearer authorization_uri="{self.base_url}/{self.tenant_id}", '
+                             'error="invalid_token"'},
+                )
+        if not request.path.startswith("/_emulator/") and not is_identity:
+            fault = self.faults.pick(request.method, request.path)
+            if fault is not None:
+                entry["fault"] = fault.kind
+                if fault.kind == "drop":
+                    if request.transport is not None:
+                        request.transport.abort()
+                    raise asyncio.CancelledError
+                if fault.kind == "latency":
+                    await asyncio.sleep(fault.seconds)
+                else:
+                    headers = {"Retry-After": _fmt(fault.retry_after)} if fault.retry_after is not None else {}
+                    code = "TooManyRequests" if fault.status == 429 else "ServiceUnavailable"
+                    return web.json_response(
+                        {"error": {"code": code, "message": f"Injected fault: HTTP {fault.status}"}},
+                        status=fault.status,
+                        headers=headers,
+                    )
+        return await handler(request)
+
+    # --------------------------------------------------------- connection info
+    def connection_info(self) -> dict[str, Any]:
+        extra = {
+            "subscription_id": self.subscription_id,
+            "resource_group": self.resource_group,
+            "workspace_name": self.workspace_name,
+            "tenant_id": self.tenant_id,
+            "cloud": "custom",
+            "resource_manager_url": self.base_url,
+            "authority_url": self.base_url,
+            "ca_bundle": self.ca_cert,
+        }
+        uri = (
+            f"azure-ml://{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}@"
+            f"?__extra__={quote(json.dumps(extra), safe='')}"
+        )
+        return {
+            "base_url": self.base_url,
+            "ca_cert": self.ca_cert,
+            "subscription_id": self.subscription_id,
+            "resource_group": self.resource_group,
+            "workspace": self.workspace_name,
+            "tenant_id": self.tenant_id,
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+            "airflow_conn_uri": uri,
+            "airflow_conn_json": json.dumps(
+                {"conn_type": "azure_ml", "login": self.client_id, "password": self.client_secret, "extra": extra}
+            ),
+        }
+
+    def write_connection_file(self) -> Path:
+        path = self.data_dir / "emulator.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.connection_info(), indent=2))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return path
+
+    # ------------------------------------------------------- python control
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the emulator's loop (all state lives there) and return its result."""
+        if self._loop is None:
+            raise RuntimeError("emulator is not running")
+
+        async def runner() -> T:
+            return fn()
+
+        future: Future[T] = asyncio.run_coroutine_threadsafe(runner(), self._loop)
+        return future.result(timeout=30)
+
+    def preempt_cluster(self, name: str, form: str = "canceled") -> list[str]:
+        return self.call(lambda: self.workspace.preempt_cluster(name, form))
+
+    def evict_nodes(self, name: str, count: int = 1) -> int:
+        return self.call(lambda: self.workspace.evict_nodes(name, count))
+
+    def set_capacity(self, name: str, nodes: int | None) -> None:
+        self.call(lambda: self.workspace.set_capacity(name, nodes))
+
+    def set_eviction_rate(self, name: str, per_node_per_second: float) -> None:
+        self.call(lambda: self.workspace.set_eviction_rate(name, per_node_per_second))
+
+    def add_fault(self, **rule: Any) -> None:
+        fault = FaultRule.from_dict(rule)
+        self.call(lambda: self.faults.add(fault))
+
+    def clear_faults(self) -> None:
+        self.call(self.faults.clear)
+
+    def expire_tokens(self) -> int:
+        return self.call(self.identity.expire_all)
+
+    def register_model(self, name: str, version: str, scoring_module: str) -> None:
+        self.call(lambda: self.workspace.register_model(name, version, scoring_module=scoring_module))
+
+    def job(self, name: str) -> Job | None:
+        return self.call(lambda: self.workspace.jobs.get(name))
+
+    def jobs(self) -> list[Job]:
+        return self.call(lambda: list(self.workspace.jobs.values()))
+
+    def requests(self) -> list[dict[str, Any]]:
+        return self.call(lambda: list(self.request_log))
+
+    def count_requests(self, method: str | None = None, contains: str = "") -> int:
+        return sum(
+            1
+            for r in self.requests()
+            if (method is None or r["method"] == method) and contains in r["path"]
+        )
+
+    def datastore_path(self, uri_or_relative: str) -> Path:
+        if "://" in uri_or_relative:
+            return self.workspace.resolve_uri(uri_or_relative)
+        return self.workspace.datastore_root("workspaceblobstore") / uri_or_relative
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)

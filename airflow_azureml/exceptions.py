@@ -1,0 +1,53 @@
+"""Every exception the provider raises, typed so that retry policies can tell them apart.
+
+- ``AzureMLConfigError``: bad input or configuration, raised before any API call. Never retry.
+- ``AzureMLJobFailedError``: the job's own code failed. Retrying resubmits the same bug.
+- ``AzureMLJobPreemptedError``: low-priority capacity was lost more times than allowed.
+  Safe to retry later, or on dedicated compute.
+- ``AzureMLJobCanceledError``: a person (or Airflow) cancelled the job. Never resubmitted.
+- ``AzureMLJobQueueTimeoutError``: the job waited for capacity longer than ``max_queue_time``.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowException
+
+
+class AzureMLError(AirflowException):
+    """Base class of this provider's errors."""
+
+
+class AzureMLConfigError(AzureMLError, ValueError):
+    """Invalid input or connection settings, detected before anything was sent to Azure."""
+
+
+class AzureMLJobError(AzureMLError):
+    """A job ended without success. Carries the job name, its last status and the service's message."""
+
+    def __init__(self, message: str, *, job_name: str | None = None, status: str | None = None) -> None:
+        super().__init__(message)
+        self.job_name = job_name
+        self.status = status
+
+    def __reduce__(self):  # keep job_name/status through pickling (task runner, triggers)
+        return (_rebuild, (type(self), str(self), self.job_name, self.status))
+
+
+class AzureMLJobFailedError(AzureMLJobError):
+    """The job failed for a reason other than preemption; the message is the service's error."""
+
+
+class AzureMLJobPreemptedError(AzureMLJobError):
+    """The job was preempted and the resubmission budget is spent."""
+
+
+class AzureMLJobCanceledError(AzureMLJobError):
+    """The job was cancelled by a person or by Airflow; it is never resubmitted."""
+
+
+class AzureMLJobQueueTimeoutError(AzureMLJobError):
+    """The job stayed queued for capacity longer than ``max_queue_time``."""
+
+
+def _rebuild(cls: type[AzureMLJobError], message: str, job_name: str | None, status: str | None) -> AzureMLJobError:
+    return cls(message, job_name=job_name, status=status)

@@ -1,0 +1,89 @@
+"""Provider metadata read by Airflow's ProvidersManager (``apache_airflow_provider`` entry point)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _text(label: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {"label": label, "description": description, "schema": {"type": ["string", "null"], **schema}}
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-azureml",
+        "name": "Azure Machine Learning (airflow-azureml)",
+        "description": "Low-priority clusters, batch endpoints and preemption-aware waits for Azure ML.",
+        "versions": ["0.1.0"],
+        "integrations": [
+            {
+                "integration-name": "Azure Machine Learning",
+                "external-doc-url": "https://learn.microsoft.com/azure/machine-learning/",
+                "tags": ["azure"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.hooks.azure_ml"]}
+        ],
+        "operators": [
+            {
+                "integration-name": "Azure Machine Learning",
+                "python-modules": ["airflow_azureml.operators.compute", "airflow_azureml.operators.batch"],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.sensors.job"]}
+        ],
+        "triggers": [
+            {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.triggers.job"]}
+        ],
+        "extra-links": ["airflow_azureml.links.studio.AzureMLStudioJobLink"],
+        "connection-types": [
+            {
+                "connection-type": "azure_ml",
+                "hook-class-name": "airflow_azureml.hooks.azure_ml.AzureMLHook",
+                "hook-name": "Azure Machine Learning",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port", "host"],
+                    "relabeling": {"login": "Client ID", "password": "Client secret"},
+                    "placeholders": {
+                        "login": "service principal application (client) id; empty for DefaultAzureCredential",
+                        "password": "client secret; empty for managed/workload identity or az login",
+                        "subscription_id": "00000000-0000-0000-0000-000000000000",
+                        "resource_group": "my-resource-group",
+                        "workspace_name": "my-workspace",
+                        "cloud": "AzureCloud",
+                    },
+                },
+                "conn-fields": {
+                    "subscription_id": _text("Subscription ID", "Azure subscription of the workspace."),
+                    "resource_group": _text("Resource group", "Resource group of the workspace."),
+                    "workspace_name": _text("Workspace", "Azure Machine Learning workspace name."),
+                    "tenant_id": _text("Tenant ID", "Microsoft Entra tenant; required with a client secret."),
+                    "managed_identity_client_id": _text(
+                        "Managed identity client ID", "User-assigned managed identity, used without a secret."
+                    ),
+                    "workload_identity_tenant_id": _text(
+                        "Workload identity tenant ID", "Tenant for workload identity federation (AKS)."
+                    ),
+                    "cloud": {
+                        "label": "Cloud",
+                        "description": "AzureCloud, AzureChinaCloud, AzureUSGovernment, or custom endpoints.",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "enum": ["AzureCloud", "AzureChinaCloud", "AzureUSGovernment", "custom", None],
+                            "default": "AzureCloud",
+                        },
+                    },
+                    "resource_manager_url": _text(
+                        "Resource Manager URL", "Custom cloud only: ARM endpoint (https://...)."
+                    ),
+                    "authority_url": _text("Authority URL", "Custom cloud only: Entra ID authority (https://...)."),
+                    "ca_bundle": _text(
+                        "CA bundle path", "PEM file of a private CA; TLS verification stays on."
+                    ),
+                    "studio_url": _text("Studio URL", "Base URL for Azure ML Studio links (optional)."),
+                },
+            }
+        ],
+    }

@@ -1,0 +1,281 @@
+"""``AzureMLHook``: credentials, clouds and a cached ``MLClient`` for an ``azure_ml`` connection.
+
+``azure.ai.ml`` costs about a second to import, so it is imported only inside methods that
+need it; importing this module (and every operator) stays cheap for the DAG processor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.redaction import mask, scrub
+
+if TYPE_CHECKING:
+    from azure.ai.ml import MLClient
+    from azure.core.credentials import TokenCredential
+    from azure.core.credentials_async import AsyncTokenCredential
+
+KNOWN_CLOUDS: dict[str, dict[str, str]] = {
+    "AzureCloud": {
+        "resource_manager": "https://management.azure.com",
+        "authority": "https://login.microsoftonline.com",
+        "studio": "https://ml.azure.com",
+    },
+    "AzureChinaCloud": {
+        "resource_manager": "https://management.chinacloudapi.cn",
+        "authority": "https://login.chinacloudapi.cn",
+        "studio": "https://studio.ml.azure.cn",
+    },
+    "AzureUSGovernment": {
+        "resource_manager": "https://management.usgovcloudapi.net",
+        "authority": "https://login.microsoftonline.us",
+        "studio": "https://ml.azure.us",
+    },
+}
+CUSTOM_CLOUD = "custom"
+EXTRA_FIELDS = (
+    "subscription_id",
+    "resource_group",
+    "workspace_name",
+    "tenant_id",
+    "managed_identity_client_id",
+    "workload_identity_tenant_id",
+    "cloud",
+    "resource_manager_url",
+    "authority_url",
+    "ca_bundle",
+    "studio_url",
+)
+
+
+@dataclass(frozen=True)
+class AzureMLConnectionSettings:
+    """Everything a connection says, validated. Holds the secret; never log or serialise it."""
+
+    subscription_id: str
+    resource_group: str
+    workspace_name: str
+    tenant_id: str | None
+    client_id: str | None
+    client_secret: str | None
+    managed_identity_client_id: str | None
+    workload_identity_tenant_id: str | None
+    cloud: str
+    resource_manager_url: str
+    authority_url: str
+    ca_bundle: str | None
+    studio_url: str
+
+    @property
+    def workspace_path(self) -> str:
+        return (
+            f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
+            f"/providers/Microsoft.MachineLearningServices/workspaces/{self.workspace_name}"
+        )
+
+    @property
+    def arm_scope(self) -> str:
+        return f"{self.resource_manager_url}/.default"
+
+    @property
+    def connection_verify(self) -> str | bool:
+        """TLS verification is always on; a custom CA bundle is used when one is given."""
+        return self.ca_bundle or True
+
+    @property
+    def sdk_cloud_name(self) -> str:
+        """A cloud name unique per endpoint set: the SDK registers each name once per process."""
+        if self.cloud != CUSTOM_CLOUD:
+            return self.cloud
+        digest = hashlib.sha256(f"{self.resource_manager_url}|{self.authority_url}".encode()).hexdigest()[:12]
+        return f"AirflowCustom-{digest}"
+
+
+def parse_connection(conn: Any) -> AzureMLConnectionSettings:
+    """Read and validate an ``azure_ml`` connection; raises ``AzureMLConfigError`` naming the field."""
+    extra = dict(conn.extra_dejson or {})
+
+    def get(name: str) -> str | None:
+        value = extra.get(name) or extra.get(f"extra__azure_ml__{name}")
+        return str(value).strip() if value not in (None, "") else None
+
+    missing = [f for f in ("subscription_id", "resource_group", "workspace_name") if not get(f)]
+    if missing:
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r} is missing required field(s) {missing}; set them in the "
+            "connection's extra (subscription_id, resource_group, workspace_name)."
+        )
+    cloud = get("cloud") or "AzureCloud"
+    if cloud != CUSTOM_CLOUD and cloud not in KNOWN_CLOUDS:
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: unknown cloud {cloud!r}; use one of "
+            f"{[*KNOWN_CLOUDS, CUSTOM_CLOUD]}."
+        )
+    defaults = KNOWN_CLOUDS.get(cloud, {})
+    arm = get("resource_manager_url") or defaults.get("resource_manager")
+    authority = get("authority_url") or defaults.get("authority")
+    if not arm or not authority:
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: cloud 'custom' needs resource_manager_url and authority_url."
+        )
+    for label, url in (("resource_manager_url", arm), ("authority_url", authority)):
+        if not url.startswith("https://"):
+            raise AzureMLConfigError(f"Connection {conn.conn_id!r}: {label} must be an https:// URL.")
+    ca_bundle = get("ca_bundle")
+    if ca_bundle and not os.path.isfile(ca_bundle):
+        raise AzureMLConfigError(f"Connection {conn.conn_id!r}: ca_bundle {ca_bundle!r} is not a file.")
+    secret = conn.password or None
+    tenant = get("tenant_id")
+    if secret and not (tenant and conn.login):
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: a client secret needs tenant_id and a client id (login)."
+        )
+    if secret:
+        mask(secret)
+    return AzureMLConnectionSettings(
+        subscription_id=get("subscription_id") or "",
+        resource_group=get("resource_group") or "",
+        workspace_name=get("workspace_name") or "",
+        tenant_id=tenant,
+        client_id=conn.login or None,
+        client_secret=secret,
+        managed_identity_client_id=get("managed_identity_client_id"),
+        workload_identity_tenant_id=get("workload_identity_tenant_id"),
+        cloud=cloud,
+        resource_manager_url=arm.rstrip("/"),
+        authority_url=authority.rstrip("/"),
+        ca_bundle=ca_bundle,
+        studio_url=(get("studio_url") or defaults.get("studio") or f"{arm.rstrip('/')}/_emulator").rstrip("/"),
+    )
+
+
+def credential_kwargs(settings: AzureMLConnectionSettings) -> dict[str, Any]:
+    """Keyword arguments shared by the sync and async credential classes."""
+    kwargs: dict[str, Any] = {"authority": settings.authority_url, "connection_verify": settings.connection_verify}
+    if settings.cloud == CUSTOM_CLOUD:
+        # Private clouds and sovereign endpoints cannot be validated against the public AAD instance list.
+        kwargs["disable_instance_discovery"] = True
+    return kwargs
+
+
+class AzureMLHook(BaseHook):
+    """Talks to one Azure ML workspace through an ``azure_ml`` connection.
+
+    A client secret selects ``ClientSecretCredential``; otherwise ``DefaultAzureCredential``
+    (environment, workload identity, managed identity, Azure CLI...) is used, honouring a
+    managed identity client id given alone.
+    """
+
+    conn_name_attr = "azure_ml_conn_id"
+    default_conn_name = "azure_ml_default"
+    conn_type = "azure_ml"
+    hook_name = "Azure Machine Learning"
+
+    def __init__(self, azure_ml_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.azure_ml_conn_id = azure_ml_conn_id
+        self._client: MLClient | None = None
+
+    @cached_property
+    def settings(self) -> AzureMLConnectionSettings:
+        return parse_connection(self.get_connection(self.azure_ml_conn_id))
+
+    # ----------------------------------------------------------- credentials
+    def get_credential(self) -> TokenCredential:
+        s = self.settings
+        kwargs = credential_kwargs(s)
+        if s.client_secret:
+            from azure.identity import ClientSecretCredential
+
+            return ClientSecretCredential(s.tenant_id or "", s.client_id or "", s.client_secret, **kwargs)
+        from azure.identity import DefaultAzureCredential
+
+        return DefaultAzureCredential(**self._default_chain_kwargs(kwargs))
+
+    def get_async_credential(self) -> AsyncTokenCredential:
+        """The same identity as ``get_credential``, from ``azure.identity.aio`` for triggers."""
+        s = self.settings
+        kwargs = credential_kwargs(s)
+        if s.client_secret:
+            from azure.identity.aio import ClientSecretCredential
+
+            return ClientSecretCredential(s.tenant_id or "", s.client_id or "", s.client_secret, **kwargs)
+        from azure.identity.aio import DefaultAzureCredential
+
+        return DefaultAzureCredential(**self._default_chain_kwargs(kwargs))
+
+    def _default_chain_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        s = self.settings
+        kwargs = dict(kwargs)
+        kwargs.pop("disable_instance_discovery", None)
+        if s.managed_identity_client_id:
+            kwargs["managed_identity_client_id"] = s.managed_identity_client_id
+        if s.workload_identity_tenant_id:
+            kwargs["workload_identity_tenant_id"] = s.workload_identity_tenant_id
+        if s.tenant_id:
+            kwargs["additionally_allowed_tenants"] = [s.tenant_id]
+        return kwargs
+
+    # ----------------------------------------------------------------- client
+    def get_conn(self) -> MLClient:
+        """A cached ``MLClient`` bound to the connection's workspace and cloud."""
+        if self._client is None:
+            from azure.ai.ml import MLClient
+
+            # azure-core logs every request's headers at INFO; task logs need only warnings.
+            logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
+            logging.getLogger("azure.identity").setLevel(logging.WARNING)
+            s = self.settings
+            kwargs: dict[str, Any] = {"connection_verify": s.connection_verify, "show_progress": False}
+            if s.cloud == CUSTOM_CLOUD:
+                kwargs["cloud"] = s.sdk_cloud_name
+                kwargs["cloud_metadata"] = {
+                    "azure_portal": s.studio_url + "/",
+                    "resource_manager": s.resource_manager_url + "/",
+                    "active_directory": s.authority_url + "/",
+                    "aml_resource_id": s.resource_manager_url + "/",
+                    "storage_endpoint": "core.windows.net",
+                    "registry_discovery_endpoint": s.resource_manager_url + "/",
+                }
+            else:
+                kwargs["cloud"] = s.cloud
+            try:
+                self._client = MLClient(
+                    self.get_credential(), s.subscription_id, s.resource_group, s.workspace_name, **kwargs
+                )
+            except Exception as exc:
+                raise AzureMLConfigError(f"Could not create MLClient: {scrub(str(exc))}") from None
+        return self._client
+
+    # ------------------------------------------------- what triggers need
+    def resource_url(self, relative: str = "") -> str:
+        """Absolute ARM URL of the workspace, or of a resource below it (e.g. ``jobs/abc``)."""
+        base = f"{self.settings.resource_manager_url}{self.settings.workspace_path}"
+        return f"{base}/{relative.lstrip('/')}" if relative else base
+
+    def studio_job_url(self, job_name: str) -> str:
+        s = self.settings
+        if s.cloud == CUSTOM_CLOUD and not self._extra("studio_url"):
+            return f"{s.resource_manager_url}/_emulator/jobs/{job_name}"
+        return f"{s.studio_url}/runs/{job_name}?wsid={s.workspace_path}&tid={s.tenant_id or ''}"
+
+    def _extra(self, name: str) -> str | None:
+        extra = self.get_connection(self.azure_ml_conn_id).extra_dejson or {}
+        return extra.get(name) or extra.get(f"extra__azure_ml__{name}")
+
+    # ------------------------------------------------------------ UI support
+    def test_connection(self) -> tuple[bool, str]:
+        """Sign in and read the workspace: proves credential, cloud endpoints and names."""
+        try:
+            workspace = self.get_conn().workspaces.get(self.settings.workspace_name)
+            return True, f"Connected to workspace {workspace.name!r} in {workspace.location or 'unknown location'}."
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {scrub(str(exc))}"
