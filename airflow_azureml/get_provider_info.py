@@ -22,18 +22,14 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["azure"],
             }
         ],
-        "hooks": [
-            {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.hooks.azure_ml"]}
-        ],
+        "hooks": [{"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.hooks.azure_ml"]}],
         "operators": [
             {
                 "integration-name": "Azure Machine Learning",
                 "python-modules": ["airflow_azureml.operators.compute", "airflow_azureml.operators.batch"],
             }
         ],
-        "sensors": [
-            {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.sensors.job"]}
-        ],
+        "sensors": [{"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.sensors.job"]}],
         "triggers": [
             {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.triggers.job"]}
         ],
@@ -79,9 +75,7 @@ def get_provider_info() -> dict[str, Any]:
                         "Resource Manager URL", "Custom cloud only: ARM endpoint (https://...)."
                     ),
                     "authority_url": _text("Authority URL", "Custom cloud only: Entra ID authority (https://...)."),
-                    "ca_bundle": _text(
-                        "CA bundle path", "PEM file of a private CA; TLS verification stays on."
-                    ),
+                    "ca_bundle": _text("CA bundle path", "PEM file of a private CA; TLS verification stays on."),
                     "studio_url": _text("Studio URL", "Base URL for Azure ML Studio links (optional)."),
                 },
             }

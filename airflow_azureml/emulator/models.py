@@ -128,8 +128,11 @@ class Compute:
                 if node.state in counts:
                     counts[node.state] += 1
             current = len(self.nodes)
+            inner.setdefault("vmSize", "STANDARD_DS3_V2")  # the service's default size
             inner.setdefault("vmPriority", "Dedicated")
             inner.setdefault("osType", "Linux")
+            inner.setdefault("virtualMachineImage", None)
+            inner.setdefault("subnet", None)  # not in a VNet
             inner.setdefault("isolatedNetwork", False)
             inner.setdefault("remoteLoginPortPublicAccess", "NotSpecified")
             inner.setdefault("enableNodePublicIp", True)
@@ -155,6 +158,10 @@ class Compute:
             )
         else:
             inner.setdefault("namespace", "default")
+            # set by the Azure ML extension on a real cluster; null/"stable" until then
+            for key in ("relayConnectionString", "serviceBusConnectionString", "extensionPrincipalId", "vcName"):
+                inner.setdefault(key, None)
+            inner.setdefault("extensionInstanceReleaseTrain", "stable")
             inner["defaultInstanceType"] = "defaultinstancetype"
             inner["instanceTypes"] = self.instance_types()
         props["properties"] = inner
@@ -190,11 +197,18 @@ class TrackedResource:
     modified: dt.datetime = field(default_factory=utcnow)
     provisioning_state: str = "Succeeded"
 
-    def to_arm(self, resource_id: str, type_name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_arm(
+        self, resource_id: str, type_name: str, extra: dict[str, Any] | None = None, *, tenant_id: str | None = None
+    ) -> dict[str, Any]:
         props = dict(self.body.get("properties") or {})
         props["provisioningState"] = self.provisioning_state
         if extra:
             props.update(extra)
+        identity = dict(self.body.get("identity") or {"type": "SystemAssigned"})
+        if "SystemAssigned" in str(identity.get("type")):  # Azure reports the system identity's principal
+            identity.setdefault("principalId", str(uuid.uuid5(uuid.NAMESPACE_URL, resource_id)))
+            if tenant_id:
+                identity.setdefault("tenantId", tenant_id)
         return {
             "id": resource_id,
             "name": self.name,
@@ -202,7 +216,7 @@ class TrackedResource:
             "location": self.body.get("location", "eastus"),
             "kind": self.body.get("kind"),
             "tags": self.body.get("tags") or {},
-            "identity": self.body.get("identity") or {"type": "SystemAssigned"},
+            "identity": identity,
             "properties": props,
             "systemData": system_data(self.created, self.modified),
         }
@@ -255,18 +269,28 @@ class Job:
                 "services": {
                     "Studio": {
                         "jobServiceType": "Studio",
+                        "port": None,
                         "endpoint": f"/_emulator/jobs/{self.name}",
+                        "status": None,
+                        "errorMessage": None,
+                        "properties": None,
                     }
                 },
             }
         )
         props.setdefault("displayName", self.name)
+        props.setdefault("description", None)
         props.setdefault("tags", {})
         props.setdefault("isArchived", False)
         run_props = dict(props.get("properties") or {})
         if self.output_uri:
             run_props["azureml.batch.outputUri"] = self.output_uri
         props["properties"] = run_props
+        for key in ("inputs", "outputs"):  # every job input/output has a (nullable) description
+            if isinstance(props.get(key), dict):
+                props[key] = {
+                    k: {"description": None, **v} if isinstance(v, dict) else v for k, v in props[key].items()
+                }
         if self.job_type == "Pipeline":
             props.setdefault("settings", {})
             props.setdefault("jobs", {})

@@ -53,9 +53,7 @@ class Routes:
     # ------------------------------------------------------------------ ids
     @property
     def ws_id(self) -> str:
-        return (
-            f"/subscriptions/{self.sub}/resourceGroups/{self.rg}/providers/{PROVIDER}/workspaces/{self.workspace}"
-        )
+        return f"/subscriptions/{self.sub}/resourceGroups/{self.rg}/providers/{PROVIDER}/workspaces/{self.workspace}"
 
     def _check_scope(self, request: web.Request) -> None:
         info = request.match_info
@@ -93,10 +91,13 @@ class Routes:
         r.add_get(w + "/models/{name}", self.get_model_container)
         r.add_get(w + "/models/{name}/versions", self.list_model_versions)
         r.add_get(w + "/models/{name}/versions/{version}", self.get_model_version)
-        r.add_get("/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/mfeOperationsStatus/{op}",
-                  self.operation_status)
-        r.add_get("/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/jobCancel/{name}",
-                  self.cancel_status)
+        r.add_get(
+            "/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/mfeOperationsStatus/{op}",
+            self.operation_status,
+        )
+        r.add_get(
+            "/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/jobCancel/{name}", self.cancel_status
+        )
         r.add_post("/inference/batch/{ep}/jobs", self.invoke)
         r.add_get("/discovery/workspaces/{ws}", self.discovery)
         history = "/history/v1.0" + w
@@ -117,6 +118,7 @@ class Routes:
 
     def workspace_json(self) -> dict[str, Any]:
         now = utcnow()
+        rg_id = f"/subscriptions/{self.sub}/resourceGroups/{self.rg}"
         return {
             "id": self.ws_id,
             "name": self.workspace,
@@ -124,7 +126,11 @@ class Routes:
             "location": self.location,
             "kind": "Default",
             "tags": {},
-            "identity": {"type": "SystemAssigned", "principalId": str(uuid.UUID(int=1)), "tenantId": self.identity.tenant_id},
+            "identity": {
+                "type": "SystemAssigned",
+                "principalId": str(uuid.UUID(int=1)),
+                "tenantId": self.identity.tenant_id,
+            },
             "sku": {"name": "Basic", "tier": "Basic"},
             "properties": {
                 "friendlyName": self.workspace,
@@ -132,8 +138,8 @@ class Routes:
                 "discoveryUrl": f"{self.base_url}/discovery/workspaces/{self.workspace}",
                 "workspaceId": str(uuid.uuid5(uuid.NAMESPACE_URL, self.ws_id)),
                 "provisioningState": "Succeeded",
-                "storageAccount": f"/subscriptions/{self.sub}/resourceGroups/{self.rg}/providers/Microsoft.Storage/storageAccounts/emulatorstore",
-                "keyVault": f"/subscriptions/{self.sub}/resourceGroups/{self.rg}/providers/Microsoft.KeyVault/vaults/emulatorkv",
+                "storageAccount": f"{rg_id}/providers/Microsoft.Storage/storageAccounts/emulatorstore",
+                "keyVault": f"{rg_id}/providers/Microsoft.KeyVault/vaults/emulatorkv",
                 "applicationInsights": None,
                 "containerRegistry": None,
                 "hbiWorkspace": False,
@@ -188,6 +194,7 @@ class Routes:
                 "authMode": (ep.body.get("properties") or {}).get("authMode", "AADToken"),
                 "defaults": defaults,
             },
+            tenant_id=self.identity.tenant_id,
         )
 
     async def endpoint(self, request: web.Request) -> web.Response:
@@ -222,13 +229,13 @@ class Routes:
     async def list_deployments(self, request: web.Request) -> web.Response:
         self._check_scope(request)
         ep = request.match_info["ep"]
-        return web.json_response(
-            {"value": [self._deployment_json(ep, n) for (e, n) in self.ws.deployments if e == ep]}
-        )
+        return web.json_response({"value": [self._deployment_json(ep, n) for (e, n) in self.ws.deployments if e == ep]})
 
     def _deployment_json(self, ep: str, name: str) -> dict[str, Any]:
         return self.ws.deployments[(ep, name)].to_arm(
-            f"{self.ws_id}/batchEndpoints/{ep}/deployments/{name}", f"{PROVIDER}/workspaces/batchEndpoints/deployments"
+            f"{self.ws_id}/batchEndpoints/{ep}/deployments/{name}",
+            f"{PROVIDER}/workspaces/batchEndpoints/deployments",
+            tenant_id=self.identity.tenant_id,
         )
 
     async def deployment(self, request: web.Request) -> web.Response:
@@ -282,7 +289,8 @@ class Routes:
             for pair in q["properties"].split(","):
                 key, _, value = pair.partition("=")
                 jobs = [
-                    j for j in jobs
+                    j
+                    for j in jobs
                     if (j.to_arm(self.ws_id)["properties"].get("properties") or {}).get(key) == value
                     or (not value and key in (j.properties.get("properties") or {}))
                 ]
@@ -317,7 +325,9 @@ class Routes:
         self._check_scope(request)
         name = request.match_info["name"]
         self.ws.cancel_job(name)
-        loc = f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}/jobCancel/{name}"
+        loc = (
+            f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}/jobCancel/{name}"
+        )
         return web.Response(status=202, headers={"Location": loc, "Retry-After": self.lro_retry_after})
 
     async def cancel_status(self, request: web.Request) -> web.Response:
@@ -350,8 +360,11 @@ class Routes:
     async def list_datastores(self, request: web.Request) -> web.Response:
         self._check_scope(request)
         root = self.ws.data_dir / "datastores"
-        names = sorted({"workspaceblobstore", *(p.name for p in root.iterdir() if p.is_dir())} if root.exists()
-                       else {"workspaceblobstore"})
+        names = sorted(
+            {"workspaceblobstore", *(p.name for p in root.iterdir() if p.is_dir())}
+            if root.exists()
+            else {"workspaceblobstore"}
+        )
         if request.query.get("isDefault", "").lower() == "true":
             names = ["workspaceblobstore"]
         return web.json_response({"value": [self._datastore_json(n) for n in names]})
@@ -384,8 +397,13 @@ class Routes:
                 "id": f"{self.ws_id}/models/{name}",
                 "name": name,
                 "type": f"{PROVIDER}/workspaces/models",
-                "properties": {"latestVersion": latest, "nextVersion": str(int(latest) + 1) if latest.isdigit() else None,
-                               "isArchived": False, "tags": {}, "properties": {}},
+                "properties": {
+                    "latestVersion": latest,
+                    "nextVersion": str(int(latest) + 1) if latest.isdigit() else None,
+                    "isArchived": False,
+                    "tags": {},
+                    "properties": {},
+                },
             }
         )
 
@@ -464,7 +482,7 @@ class Routes:
         return web.json_response({"job": job.to_arm(self.ws_id), "runDetails": job.to_run_details()})
 
     async def control_requests(self, request: web.Request) -> web.Response:
-        return web.json_response(self.request_log[-int(request.query.get("last", "1000")):])
+        return web.json_response(self.request_log[-int(request.query.get("last", "1000")) :])
 
     async def control_faults(self, request: web.Request) -> web.Response:
         data = await request.json()

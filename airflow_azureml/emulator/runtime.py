@@ -117,9 +117,7 @@ class Workspace:
             raise EmulatorError(400, "BadRequest", f"computeType {compute_type!r} is not supported here")
         existing = self.computes.get(name)
         if existing is not None and existing.compute_type != compute_type:
-            raise EmulatorError(
-                409, "Conflict", f"Compute {name!r} exists with type {existing.compute_type}"
-            )
+            raise EmulatorError(409, "Conflict", f"Compute {name!r} exists with type {existing.compute_type}")
         inner = dict(props.get("properties") or {})
         if compute_type == "AmlCompute":
             scale = inner.get("scaleSettings") or {}
@@ -234,7 +232,8 @@ class Workspace:
         if name in self.jobs:
             raise EmulatorError(409, "UserError", f"A job named {name!r} already exists in this workspace")
         dep = dict(deployment.body.get("properties") or {})
-        overrides = props.get("outputFileName"), props.get("miniBatchSize"), props.get("instanceCount")
+        binding = props.get("compute") or {}
+        overrides = props.get("outputFileName"), props.get("miniBatchSize"), binding.get("instanceCount")
         input_uri = _first_input_uri(props.get("inputData") or props.get("inputDataset") or {})
         if not input_uri:
             raise EmulatorError(400, "UserError", "The invocation has no input data")
@@ -242,7 +241,9 @@ class Workspace:
         if not input_dir.exists():
             raise EmulatorError(400, "UserError", f"Input path {input_uri!r} does not exist")
         output_uri = _output_uri(props, name)
-        compute = _short_name(dep.get("compute")) or ""
+        compute = _short_name(binding.get("target")) or _short_name(dep.get("compute")) or ""
+        if compute not in self.computes:
+            raise EmulatorError(400, "UserError", f"Compute {compute!r} not found in the workspace")
         experiment = (props.get("properties") or {}).get("experimentName") or endpoint
         tags = dict(props.get("tags") or {})
         job = Job(
@@ -263,9 +264,7 @@ class Workspace:
                     "azureml.endpointname": endpoint,
                     "azureml.batch.inputUri": input_uri,
                 },
-                "inputs": {
-                    "input_data": {"jobInputType": "uri_folder", "uri": input_uri, "mode": "ReadOnlyMount"}
-                },
+                "inputs": {"input_data": {"jobInputType": "uri_folder", "uri": input_uri, "mode": "ReadOnlyMount"}},
                 "outputs": {"score": {"jobOutputType": "uri_folder", "uri": output_uri, "mode": "Upload"}},
             },
         )
@@ -572,9 +571,7 @@ class _BatchSettings:
     output_file_name: str
 
     @classmethod
-    def from_deployment(
-        cls, dep: dict[str, Any], output_file: Any, mini_batch: Any, instances: Any
-    ) -> _BatchSettings:
+    def from_deployment(cls, dep: dict[str, Any], output_file: Any, mini_batch: Any, instances: Any) -> _BatchSettings:
         retry = dep.get("retrySettings") or {}
         action = str(dep.get("outputAction") or "AppendRow").lower()
         return cls(

@@ -52,7 +52,7 @@ class Emulator:
         workspace: str = "ws-emulator",
         tenant_id: str = "00000000-0000-0000-0000-0000000000aa",
         location: str = "eastus",
-        lro_retry_after: str = "0",
+        lro_retry_after: str = "1",
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
@@ -195,14 +195,17 @@ class Emulator:
                 return web.json_response(
                     {
                         "error": {
-                            "code": "ExpiredAuthenticationToken" if token in self.identity.issued
+                            "code": "ExpiredAuthenticationToken"
+                            if token in self.identity.issued
                             else "AuthenticationFailed",
                             "message": "Authentication failed: the bearer token is missing, invalid or expired.",
                         }
                     },
                     status=401,
-                    headers={"WWW-Authenticate": f'Bearer authorization_uri="{self.base_url}/{self.tenant_id}", '
-                             'error="invalid_token"'},
+                    headers={
+                        "WWW-Authenticate": f'Bearer authorization_uri="{self.base_url}/{self.tenant_id}", '
+                        'error="invalid_token"'
+                    },
                 )
         if not request.path.startswith("/_emulator/") and not is_identity:
             fault = self.faults.pick(request.method, request.path)
@@ -310,11 +313,7 @@ class Emulator:
         return self.call(lambda: list(self.request_log))
 
     def count_requests(self, method: str | None = None, contains: str = "") -> int:
-        return sum(
-            1
-            for r in self.requests()
-            if (method is None or r["method"] == method) and contains in r["path"]
-        )
+        return sum(1 for r in self.requests() if (method is None or r["method"] == method) and contains in r["path"])
 
     def datastore_path(self, uri_or_relative: str) -> Path:
         if "://" in uri_or_relative:

@@ -9,19 +9,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError, AzureMLJobQueueTimeoutError
+from airflow_azureml.outcomes import ComputeFacts, JobSnapshot
+from airflow_azureml.polling import JobWatch, PollingPolicy, TransientBudgetExceeded
 from airflow_azureml.redaction import mask, scrub
 
 if TYPE_CHECKING:
     from azure.ai.ml import MLClient
     from azure.core.credentials import TokenCredential
     from azure.core.credentials_async import AsyncTokenCredential
+
+    from airflow_azureml.hooks.rest import AsyncRestClient, RestClient
 
 KNOWN_CLOUDS: dict[str, dict[str, str]] = {
     "AzureCloud": {
@@ -116,8 +122,7 @@ def parse_connection(conn: Any) -> AzureMLConnectionSettings:
     cloud = get("cloud") or "AzureCloud"
     if cloud != CUSTOM_CLOUD and cloud not in KNOWN_CLOUDS:
         raise AzureMLConfigError(
-            f"Connection {conn.conn_id!r}: unknown cloud {cloud!r}; use one of "
-            f"{[*KNOWN_CLOUDS, CUSTOM_CLOUD]}."
+            f"Connection {conn.conn_id!r}: unknown cloud {cloud!r}; use one of {[*KNOWN_CLOUDS, CUSTOM_CLOUD]}."
         )
     defaults = KNOWN_CLOUDS.get(cloud, {})
     arm = get("resource_manager_url") or defaults.get("resource_manager")
@@ -157,6 +162,13 @@ def parse_connection(conn: Any) -> AzureMLConnectionSettings:
     )
 
 
+def _compute_arm_id(settings: AzureMLConnectionSettings, name: str) -> str:
+    short = name[len("azureml:") :] if name.startswith("azureml:") else name
+    if short.startswith("/subscriptions/"):
+        return f"azureml:{short}"
+    return f"azureml:{settings.workspace_path}/computes/{short.rsplit('/', 1)[-1]}"
+
+
 def credential_kwargs(settings: AzureMLConnectionSettings) -> dict[str, Any]:
     """Keyword arguments shared by the sync and async credential classes."""
     kwargs: dict[str, Any] = {"authority": settings.authority_url, "connection_verify": settings.connection_verify}
@@ -183,6 +195,7 @@ class AzureMLHook(BaseHook):
         super().__init__(**kwargs)
         self.azure_ml_conn_id = azure_ml_conn_id
         self._client: MLClient | None = None
+        self._rest: RestClient | None = None
 
     @cached_property
     def settings(self) -> AzureMLConnectionSettings:
@@ -254,6 +267,145 @@ class AzureMLHook(BaseHook):
             except Exception as exc:
                 raise AzureMLConfigError(f"Could not create MLClient: {scrub(str(exc))}") from None
         return self._client
+
+    # -------------------------------------------------------------- job reads
+    def rest(self) -> RestClient:
+        """Sync REST reads (job status, run details, compute facts) with this connection's identity."""
+        if self._rest is None:
+            from airflow_azureml.hooks.rest import RestClient
+
+            self._rest = RestClient(self.settings, self.get_credential())
+        return self._rest
+
+    def async_rest(self) -> AsyncRestClient:
+        """A new native-asyncio REST client; the caller closes it."""
+        from airflow_azureml.hooks.rest import AsyncRestClient
+
+        return AsyncRestClient(self.settings, self.get_async_credential())
+
+    def job_snapshot(self, name: str) -> JobSnapshot | None:
+        """The job's state, or None when no job has that name."""
+        from airflow_azureml.hooks.rest import ResourceNotFound
+
+        try:
+            return self._with_transient_retries(lambda: self.rest().snapshot(name))
+        except ResourceNotFound:
+            return None
+
+    def compute_facts(self, name: str | None) -> ComputeFacts | None:
+        if not name:
+            return None
+        return ComputeFacts.from_rest(self._with_transient_retries(lambda: self.rest().get_compute(name)))
+
+    def cancel_job(self, name: str) -> None:
+        from airflow_azureml.hooks.rest import ResourceNotFound
+
+        try:
+            self._with_transient_retries(lambda: self.rest().cancel_job(name))
+        except ResourceNotFound:
+            self.log.info("Job %s does not exist; nothing to cancel.", name)
+
+    def wait_for_job(
+        self,
+        name: str,
+        policy: PollingPolicy,
+        on_status: Callable[[JobSnapshot], None] | None = None,
+    ) -> JobSnapshot:
+        """Poll until the job is terminal (sync path; the trigger runs the same ``JobWatch`` on asyncio)."""
+        from airflow_azureml.hooks.rest import TransientRestError
+
+        watch = JobWatch(policy)
+        while True:
+            try:
+                snapshot = self.rest().snapshot(name)
+            except TransientRestError as exc:
+                try:
+                    delay = watch.transient_error(exc.retry_after)
+                except TransientBudgetExceeded:
+                    raise AzureMLError(f"Gave up polling job {name}: {exc}") from None
+                self.log.warning("Transient error polling %s (%s); retrying in %.1fs", name, exc, delay)
+                time.sleep(delay)
+                continue
+            if snapshot.status != watch.last_status and on_status is not None:
+                on_status(snapshot)
+            delay = watch.observe(snapshot)
+            if delay is None:
+                return snapshot
+            if watch.queue_time_exceeded():
+                raise AzureMLJobQueueTimeoutError(
+                    f"Job {name} stayed {snapshot.status} for more than {policy.max_queue_time}s "
+                    "(no capacity); giving up.",
+                    job_name=name,
+                    status=snapshot.status,
+                )
+            time.sleep(delay)
+
+    def _with_transient_retries(self, call: Callable[[], Any], attempts: int = 6) -> Any:
+        from airflow_azureml.hooks.rest import TransientRestError
+
+        for attempt in range(1, attempts + 1):
+            try:
+                return call()
+            except TransientRestError as exc:
+                if attempt == attempts:
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else min(30.0, 0.5 * 2**attempt)
+                self.log.warning("Transient Azure error (%s); retry %d in %.1fs", exc, attempt, delay)
+                time.sleep(delay)
+        return None
+
+    # ------------------------------------------------------------ batch invoke
+    def invoke_batch_endpoint(
+        self,
+        *,
+        endpoint_name: str,
+        deployment_name: str | None,
+        inputs: dict[str, str],
+        job_name: str,
+        outputs: dict[str, str] | None = None,
+        experiment_name: str | None = None,
+        mini_batch_size: int | None = None,
+        instance_count: int | None = None,
+        output_file_name: str | None = None,
+        compute: str | None = None,
+    ) -> str:
+        """Submit a batch job under a caller-chosen name. A name that already exists is not an error:
+        the SDK retries the POST itself, and a retry after a lost response must not fail or duplicate.
+        """
+        from azure.ai.ml import Input, Output
+        from azure.ai.ml.constants._endpoint import EndpointInvokeFields
+        from azure.core.exceptions import HttpResponseError
+
+        ml = self.get_conn()
+        # The SDK keeps the deployment header in a class-level dict across calls: clear it.
+        EndpointInvokeFields.DEFAULT_HEADER.pop(EndpointInvokeFields.MODEL_DEPLOYMENT, None)
+        params_override: list[dict[str, Any]] = []
+        if mini_batch_size is not None:
+            params_override.append({"mini_batch_size": int(mini_batch_size)})
+        if output_file_name is not None:
+            params_override.append({"output_file_name": output_file_name})
+        if instance_count is not None:
+            params_override.append({"compute.instance_count": int(instance_count)})
+        if compute is not None:
+            params_override.append({"compute.target": _compute_arm_id(self.settings, compute)})
+        try:
+            job = ml.batch_endpoints.invoke(
+                endpoint_name=endpoint_name,
+                deployment_name=deployment_name,
+                inputs={key: Input(type="uri_folder", path=uri) for key, uri in inputs.items()},
+                outputs={key: Output(type="uri_folder", path=uri) for key, uri in (outputs or {}).items()} or None,
+                job_name=job_name,
+                experiment_name=experiment_name,
+                params_override=params_override,
+            )
+        except HttpResponseError as exc:
+            if exc.status_code == 409 and self.job_snapshot(job_name) is not None:
+                self.log.info("Job %s already exists (submitted by an earlier attempt); attaching.", job_name)
+                return job_name
+            raise AzureMLError(f"Invoking batch endpoint {endpoint_name!r} failed: {scrub(str(exc))}") from None
+        finally:
+            EndpointInvokeFields.DEFAULT_HEADER.pop(EndpointInvokeFields.MODEL_DEPLOYMENT, None)
+        return str(job.name)
 
     # ------------------------------------------------- what triggers need
     def resource_url(self, relative: str = "") -> str:

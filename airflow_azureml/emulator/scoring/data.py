@@ -9,9 +9,7 @@ from pathlib import Path
 from airflow_azureml.emulator.scoring.heart import COLUMNS
 
 
-def write_heart_csvs(
-    folder: Path, *, files: int, rows_per_file: int, seed: int = 0, id_prefix: str = ""
-) -> int:
+def write_heart_csvs(folder: Path, *, files: int, rows_per_file: int, seed: int = 0, id_prefix: str = "") -> int:
     """Write ``files`` CSV files of ``rows_per_file`` rows each; returns the number of rows written.
 
     Every row has a unique ``row_id`` (``id_prefix`` + counter) so that scored output can be

@@ -1,0 +1,1 @@
+"""Extra links to Azure ML Studio."""

@@ -1,0 +1,188 @@
+"""Create (idempotently) and delete AmlCompute clusters, including low-priority (spot) ones."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
+from airflow_azureml.operators.base import AzureMLBaseOperator
+from airflow_azureml.redaction import scrub
+from airflow_azureml.specs import ClusterSpec, check_compute_name
+
+IF_EXISTS = ("update", "skip", "fail")
+
+
+class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
+    """Create an AmlCompute cluster, or bring an existing one to the wanted scale settings.
+
+    Give the cluster as keyword arguments, an ``AmlCompute`` entity, or the az ml CLI YAML path
+    (``compute="low-pri-cluster.yml"``); keyword arguments override what the entity/YAML says.
+
+    - Exists with the same settings: nothing is changed (no PUT).
+    - Exists with other scale settings: updated (``if_exists="update"``, the default), left as is
+      (``"skip"``) or an error (``"fail"``). Size and tier cannot change in place: that is an error.
+    - Exists in ``Failed`` provisioning state: deleted and created again.
+    Returns the cluster's name, tier and scale settings.
+    """
+
+    template_fields: Sequence[str] = ("name", "compute", "size", "location")
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        compute: Any = None,
+        size: str | None = None,
+        tier: str | None = None,
+        min_instances: int | None = None,
+        max_instances: int | None = None,
+        idle_time_before_scale_down: int | None = None,
+        location: str | None = None,
+        identity: Any = None,
+        if_exists: str = "update",
+        wait_timeout: float = 1800.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if if_exists not in IF_EXISTS:
+            raise AzureMLConfigError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}.")
+        self.name = name
+        self.compute = compute
+        self.size = size
+        self.tier = tier
+        self.min_instances = min_instances
+        self.max_instances = max_instances
+        self.idle_time_before_scale_down = idle_time_before_scale_down
+        self.location = location
+        self.identity = identity
+        self.if_exists = if_exists
+        self.wait_timeout = wait_timeout
+
+    def build_spec(self) -> ClusterSpec:
+        return ClusterSpec.from_any(
+            self.compute,
+            name=self.name,
+            size=self.size,
+            tier=self.tier,
+            min_instances=self.min_instances,
+            max_instances=self.max_instances,
+            idle_time_before_scale_down=self.idle_time_before_scale_down,
+            location=self.location,
+            identity=self.identity,
+        )
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        spec = self.build_spec()  # validates before any API call
+        ml = self.hook.get_conn()
+        existing = self._get(ml, spec.name)
+        if existing is not None and existing.provisioning_state in ("Creating", "Updating"):
+            self.log.info("Cluster %s is %s; waiting for it.", spec.name, existing.provisioning_state)
+            existing = self._wait_provisioned(ml, spec.name)
+        if existing is not None and existing.provisioning_state == "Failed":
+            self.log.warning("Cluster %s is in Failed state; deleting and creating it again.", spec.name)
+            ml.compute.begin_delete(spec.name).result()
+            existing = None
+        if existing is None:
+            self.log.info(
+                "Creating %s cluster %s (%s, %d-%d nodes).",
+                spec.tier,
+                spec.name,
+                spec.size,
+                spec.min_instances,
+                spec.max_instances,
+            )
+            result = self._put(ml, spec)
+            return self._summary(result, changed=True)
+        diffs = spec.differences(existing)
+        if not diffs:
+            self.log.info("Cluster %s already exists with the wanted settings; nothing to do.", spec.name)
+            return self._summary(existing, changed=False)
+        immutable = {k: v for k, v in diffs.items() if k in ("size", "tier")}
+        if immutable:
+            raise AzureMLConfigError(
+                f"Cluster {spec.name!r} exists with {immutable} (existing, wanted); size and tier cannot "
+                "change in place. Delete the cluster or choose another name."
+            )
+        if self.if_exists == "fail":
+            raise AzureMLError(f"Cluster {spec.name!r} already exists with different settings: {diffs}.")
+        if self.if_exists == "skip":
+            self.log.info("Cluster %s differs (%s) but if_exists='skip'; leaving it.", spec.name, diffs)
+            return self._summary(existing, changed=False)
+        self.log.info("Updating cluster %s: %s", spec.name, diffs)
+        return self._summary(self._put(ml, spec), changed=True)
+
+    def _put(self, ml: Any, spec: ClusterSpec) -> Any:
+        entity = spec.to_entity()
+        if spec.yaml_path:
+            from azure.ai.ml import load_compute
+
+            entity = load_compute(source=spec.yaml_path)
+            for key in ("size", "tier", "min_instances", "max_instances", "idle_time_before_scale_down"):
+                setattr(entity, key, getattr(spec, key))
+            entity.name = spec.name
+            if spec.location:
+                entity.location = spec.location
+        try:
+            return ml.compute.begin_create_or_update(entity).result(timeout=self.wait_timeout)
+        except Exception as exc:
+            raise AzureMLError(f"Creating cluster {spec.name!r} failed: {scrub(str(exc))}") from None
+
+    def _get(self, ml: Any, name: str) -> Any:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return ml.compute.get(name)
+        except ResourceNotFoundError:
+            return None
+
+    def _wait_provisioned(self, ml: Any, name: str) -> Any:
+        deadline = time.monotonic() + self.wait_timeout
+        delay = min(self.polling.interval, 5.0)
+        while time.monotonic() < deadline:
+            current = self._get(ml, name)
+            if current is None or current.provisioning_state not in ("Creating", "Updating"):
+                return current
+            time.sleep(delay)
+        raise AzureMLError(f"Cluster {name!r} did not finish provisioning within {self.wait_timeout}s.")
+
+    @staticmethod
+    def _summary(compute: Any, *, changed: bool) -> dict[str, Any]:
+        return {
+            "name": compute.name,
+            "tier": compute.tier,
+            "size": compute.size,
+            "min_instances": compute.min_instances,
+            "max_instances": compute.max_instances,
+            "idle_time_before_scale_down": compute.idle_time_before_scale_down,
+            "provisioning_state": compute.provisioning_state,
+            "changed": changed,
+        }
+
+
+class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
+    """Delete a compute target. An absent one counts as deleted, so it is safe as a teardown task."""
+
+    template_fields: Sequence[str] = ("name",)
+
+    def __init__(self, *, name: str, wait: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.name = name
+        self.wait = wait
+
+    def execute(self, context: Any) -> bool:
+        check_compute_name(self.name)
+        from azure.core.exceptions import ResourceNotFoundError
+
+        ml = self.hook.get_conn()
+        try:
+            ml.compute.get(self.name)
+        except ResourceNotFoundError:
+            self.log.info("Compute %s does not exist; nothing to delete.", self.name)
+            return False
+        poller = ml.compute.begin_delete(self.name)
+        if self.wait:
+            poller.result()
+        self.log.info("Deleted compute %s.", self.name)
+        return True

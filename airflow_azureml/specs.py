@@ -1,0 +1,404 @@
+"""Validated, normalised descriptions of the resources our operators create.
+
+Each operator accepts a resource in three forms: keyword arguments, an ``azure.ai.ml`` entity,
+or the path of an az ml CLI YAML file. All three become one spec here, validated before any API
+call, so bad input fails fast with a message that names the field. Nothing here imports
+``azure.ai.ml`` at module level.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airflow_azureml.exceptions import AzureMLConfigError
+
+# Azure ML naming rules (compute clusters, batch endpoints/deployments, jobs).
+COMPUTE_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,14}[a-zA-Z0-9]$")
+ENDPOINT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{1,30}[a-zA-Z0-9]$")
+DEPLOYMENT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9-]{1,30}[a-zA-Z0-9]$")
+JOB_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,254}$")
+DATA_URI = re.compile(r"^(azureml://|https://|abfss://|wasbs://|azureml:)")
+
+TIERS = {"dedicated": "dedicated", "low_priority": "low_priority", "lowpriority": "low_priority"}
+OUTPUT_ACTIONS = {
+    "append_row": "append_row",
+    "appendrow": "append_row",
+    "summary_only": "summary_only",
+    "summaryonly": "summary_only",
+}
+
+
+def check_name(kind: str, value: Any, pattern: re.Pattern[str], rule: str) -> str:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise AzureMLConfigError(f"Invalid {kind} name {value!r}: {rule}.")
+    return value
+
+
+def check_compute_name(value: Any) -> str:
+    return check_name(
+        "compute",
+        value,
+        COMPUTE_NAME,
+        "2-16 characters, letters, digits and '-', starting with a letter and not ending with '-'",
+    )
+
+
+def check_endpoint_name(value: Any) -> str:
+    return check_name(
+        "batch endpoint",
+        value,
+        ENDPOINT_NAME,
+        "3-32 characters, letters, digits and '-', starting with a letter and not ending with '-'",
+    )
+
+
+def check_deployment_name(value: Any) -> str:
+    return check_name(
+        "deployment", value, DEPLOYMENT_NAME, "3-32 characters, letters, digits and '-', not ending with '-'"
+    )
+
+
+def check_data_uri(label: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise AzureMLConfigError(f"{label} must be a non-empty data URI, got {value!r}.")
+    if "{{" in value or "{%" in value:
+        raise AzureMLConfigError(f"{label} {value!r} still contains an unrendered template.")
+    if not DATA_URI.match(value):
+        raise AzureMLConfigError(
+            f"{label} {value!r} is not a data URI; use azureml://datastores/<store>/paths/<path>/ "
+            "(or an https:// / abfss:// URI, or azureml:<data-asset>:<version>)."
+        )
+    return value
+
+
+def read_yaml(path: str | Path, kind: str) -> dict[str, Any]:
+    """Read an az ml CLI YAML file; malformed or missing files fail before any API call."""
+    p = Path(path)
+    if not p.is_file():
+        raise AzureMLConfigError(f"{kind} YAML file {str(p)!r} does not exist.")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise AzureMLConfigError(f"{kind} YAML file {str(p)!r} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise AzureMLConfigError(f"{kind} YAML file {str(p)!r} must contain a mapping at the top level.")
+    return data
+
+
+def looks_like_yaml_path(value: Any) -> bool:
+    return isinstance(value, (str, Path)) and str(value).lower().endswith((".yml", ".yaml"))
+
+
+def _int(label: str, value: Any, minimum: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise AzureMLConfigError(f"{label} must be an integer, got {value!r}.") from None
+    if isinstance(value, bool) or (number != value and not isinstance(value, str)):
+        raise AzureMLConfigError(f"{label} must be an integer, got {value!r}.")
+    if number < minimum:
+        raise AzureMLConfigError(f"{label} must be >= {minimum}, got {number}.")
+    return number
+
+
+# --------------------------------------------------------------------------- clusters
+@dataclass(frozen=True)
+class ClusterSpec:
+    """An AmlCompute cluster as the az ml CLI YAML describes it."""
+
+    name: str
+    size: str = "STANDARD_DS3_v2"
+    tier: str = "dedicated"
+    min_instances: int = 0
+    max_instances: int = 1
+    idle_time_before_scale_down: int = 120
+    location: str | None = None
+    description: str | None = None
+    identity: Any = None
+    yaml_path: str | None = None
+
+    def __post_init__(self) -> None:
+        check_compute_name(self.name)
+        tier = TIERS.get(str(self.tier).lower())
+        if tier is None:
+            raise AzureMLConfigError(f"Unknown tier {self.tier!r}: use 'dedicated' or 'low_priority'.")
+        object.__setattr__(self, "tier", tier)
+        lo = _int("min_instances", self.min_instances, 0)
+        hi = _int("max_instances", self.max_instances, 1)
+        if lo > hi:
+            raise AzureMLConfigError(f"min_instances ({lo}) must be <= max_instances ({hi}).")
+        idle = _int("idle_time_before_scale_down", self.idle_time_before_scale_down, 0)
+        object.__setattr__(self, "min_instances", lo)
+        object.__setattr__(self, "max_instances", hi)
+        object.__setattr__(self, "idle_time_before_scale_down", idle)
+        if not isinstance(self.size, str) or not self.size.strip():
+            raise AzureMLConfigError(f"size must be a VM size such as STANDARD_DS3_v2, got {self.size!r}.")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> ClusterSpec:
+        data = read_yaml(path, "Compute")
+        kind = str(data.get("type", "amlcompute")).lower()
+        if kind != "amlcompute":
+            raise AzureMLConfigError(f"Compute YAML {str(path)!r} has type {kind!r}; expected amlcompute.")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        return cls(**{**values, **overrides, "yaml_path": str(path)})
+
+    @classmethod
+    def from_entity(cls, entity: Any) -> ClusterSpec:
+        return cls(
+            name=entity.name,
+            size=entity.size or "STANDARD_DS3_v2",
+            tier=entity.tier or "dedicated",
+            min_instances=entity.min_instances or 0,
+            max_instances=entity.max_instances or 1,
+            idle_time_before_scale_down=entity.idle_time_before_scale_down
+            if entity.idle_time_before_scale_down is not None
+            else 120,
+            location=entity.location,
+            description=entity.description,
+            identity=entity.identity,
+        )
+
+    @classmethod
+    def from_any(cls, compute: Any = None, **kwargs: Any) -> ClusterSpec:
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        if compute is None:
+            return cls(**kwargs)
+        if looks_like_yaml_path(compute):
+            return cls.from_yaml(compute, **kwargs)
+        if hasattr(compute, "min_instances") and hasattr(compute, "tier"):
+            return replace(cls.from_entity(compute), **kwargs) if kwargs else cls.from_entity(compute)
+        raise AzureMLConfigError(
+            f"compute must be an AmlCompute entity or a path to a .yml/.yaml file, got {type(compute).__name__}."
+        )
+
+    def to_entity(self) -> Any:
+        from azure.ai.ml.entities import AmlCompute
+
+        return AmlCompute(
+            name=self.name,
+            size=self.size,
+            tier=self.tier,
+            min_instances=self.min_instances,
+            max_instances=self.max_instances,
+            idle_time_before_scale_down=self.idle_time_before_scale_down,
+            location=self.location,
+            description=self.description,
+            identity=self.identity,
+        )
+
+    def differences(self, existing: Any) -> dict[str, tuple[Any, Any]]:
+        """Fields where an existing ``AmlCompute`` differs from this spec: ``{field: (existing, wanted)}``."""
+        diffs: dict[str, tuple[Any, Any]] = {}
+        checks = {
+            "size": (str(existing.size or "").lower(), self.size.lower()),
+            "tier": (TIERS.get(str(existing.tier or "dedicated").lower(), existing.tier), self.tier),
+            "min_instances": (existing.min_instances, self.min_instances),
+            "max_instances": (existing.max_instances, self.max_instances),
+            "idle_time_before_scale_down": (existing.idle_time_before_scale_down, self.idle_time_before_scale_down),
+        }
+        for key, (have, want) in checks.items():
+            if have != want:
+                diffs[key] = (have, want)
+        return diffs
+
+
+# ------------------------------------------------------------------------ deployments
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """A model batch deployment, with the settings of the source documents' YAML."""
+
+    endpoint_name: str
+    name: str
+    model: str
+    compute: str
+    instance_count: int = 1
+    max_concurrency_per_instance: int = 1
+    mini_batch_size: int = 10
+    output_action: str = "append_row"
+    output_file_name: str = "predictions.csv"
+    max_retries: int = 3
+    retry_timeout: int = 30
+    error_threshold: int = -1
+    instance_type: str | None = None
+    description: str | None = None
+    environment: Any = None
+    code_configuration: Any = None
+    yaml_path: str | None = None
+    yaml_type: str = "model"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_endpoint_name(self.endpoint_name)
+        check_deployment_name(self.name)
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise AzureMLConfigError("model must name a registered model, e.g. azureml:heart-classifier@latest.")
+        if not isinstance(self.compute, str) or not self.compute.strip():
+            raise AzureMLConfigError("compute must name a compute target, e.g. azureml:low-pri-cluster.")
+        check_compute_name(short_name(self.compute))
+        for label, minimum in (
+            ("instance_count", 1),
+            ("max_concurrency_per_instance", 1),
+            ("mini_batch_size", 1),
+            ("max_retries", 0),
+            ("retry_timeout", 1),
+        ):
+            object.__setattr__(self, label, _int(label, getattr(self, label), minimum))
+        action = OUTPUT_ACTIONS.get(str(self.output_action).lower())
+        if action is None:
+            raise AzureMLConfigError(f"Unknown output_action {self.output_action!r}: use append_row or summary_only.")
+        object.__setattr__(self, "output_action", action)
+        if action == "append_row" and (not self.output_file_name or "/" in self.output_file_name):
+            raise AzureMLConfigError(f"output_file_name must be a plain file name, got {self.output_file_name!r}.")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> DeploymentSpec:
+        data = read_yaml(path, "Batch deployment")
+        settings = data.get("settings") or {}
+        resources = data.get("resources") or {}
+        retry = settings.get("retry_settings") or data.get("retry_settings") or {}
+        values: dict[str, Any] = {
+            "endpoint_name": data.get("endpoint_name"),
+            "name": data.get("name"),
+            "model": _model_ref(data.get("model")),
+            "compute": data.get("compute"),
+            "instance_count": resources.get("instance_count", 1),
+            "instance_type": resources.get("instance_type") or data.get("instance_type"),
+            "max_concurrency_per_instance": settings.get(
+                "max_concurrency_per_instance", data.get("max_concurrency_per_instance", 1)
+            ),
+            "mini_batch_size": settings.get("mini_batch_size", data.get("mini_batch_size", 10)),
+            "output_action": settings.get("output_action", data.get("output_action", "append_row")),
+            "output_file_name": settings.get("output_file_name", data.get("output_file_name", "predictions.csv")),
+            "max_retries": retry.get("max_retries", 3),
+            "retry_timeout": retry.get("timeout", 30),
+            "error_threshold": settings.get("error_threshold", data.get("error_threshold", -1)),
+            "description": data.get("description"),
+            "yaml_path": str(path),
+            "yaml_type": str(data.get("type", "model")).lower(),
+        }
+        return cls(**{**values, **overrides})
+
+    @classmethod
+    def from_entity(cls, entity: Any) -> DeploymentSpec:
+        settings = getattr(entity, "settings", None) or entity
+        retry = getattr(settings, "retry_settings", None)
+        resources = getattr(entity, "resources", None)
+        instance_count = getattr(resources, "instance_count", None) or getattr(settings, "instance_count", None) or 1
+        model = (
+            entity.model
+            if isinstance(entity.model, str)
+            else f"azureml:{entity.model.name}@latest"
+            if getattr(entity.model, "version", None) is None
+            else f"azureml:{entity.model.name}:{entity.model.version}"
+        )
+        return cls(
+            endpoint_name=entity.endpoint_name,
+            name=entity.name,
+            model=model,
+            compute=entity.compute,
+            instance_count=instance_count,
+            max_concurrency_per_instance=getattr(settings, "max_concurrency_per_instance", None) or 1,
+            mini_batch_size=getattr(settings, "mini_batch_size", None) or 10,
+            output_action=str(getattr(settings, "output_action", None) or "append_row"),
+            output_file_name=getattr(settings, "output_file_name", None) or "predictions.csv",
+            max_retries=getattr(retry, "max_retries", 3) if retry else 3,
+            retry_timeout=getattr(retry, "timeout", 30) if retry else 30,
+            instance_type=getattr(resources, "instance_type", None),
+            description=entity.description,
+            environment=getattr(entity, "environment", None),
+            code_configuration=getattr(entity, "code_configuration", None),
+        )
+
+    @classmethod
+    def from_any(cls, deployment: Any = None, **kwargs: Any) -> DeploymentSpec:
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        if deployment is None:
+            return cls(**kwargs)
+        if looks_like_yaml_path(deployment):
+            return cls.from_yaml(deployment, **kwargs)
+        if hasattr(deployment, "endpoint_name") and hasattr(deployment, "compute"):
+            spec = cls.from_entity(deployment)
+            return replace(spec, **kwargs) if kwargs else spec
+        raise AzureMLConfigError(
+            f"deployment must be a BatchDeployment entity or a .yml/.yaml path, got {type(deployment).__name__}."
+        )
+
+    def to_entity(self) -> Any:
+        from azure.ai.ml.entities import (
+            BatchRetrySettings,
+            ModelBatchDeployment,
+            ModelBatchDeploymentSettings,
+            ResourceConfiguration,
+        )
+
+        resources = ResourceConfiguration(instance_count=self.instance_count, instance_type=self.instance_type)
+        return ModelBatchDeployment(
+            name=self.name,
+            endpoint_name=self.endpoint_name,
+            description=self.description,
+            model=self.model,
+            compute=self.compute,
+            environment=self.environment,
+            code_configuration=self.code_configuration,
+            resources=resources,
+            settings=ModelBatchDeploymentSettings(
+                instance_count=self.instance_count,
+                max_concurrency_per_instance=self.max_concurrency_per_instance,
+                mini_batch_size=self.mini_batch_size,
+                output_action=self.output_action,
+                output_file_name=self.output_file_name,
+                retry_settings=BatchRetrySettings(max_retries=self.max_retries, timeout=self.retry_timeout),
+                error_threshold=self.error_threshold,
+            ),
+        )
+
+    def differences(self, existing: Any) -> dict[str, tuple[Any, Any]]:
+        """Compare with an existing ``BatchDeployment`` read back from the service."""
+        retry = getattr(existing, "retry_settings", None)
+        resources = getattr(existing, "resources", None)
+        have_action = OUTPUT_ACTIONS.get(str(getattr(existing, "output_action", "")).lower().replace(" ", ""))
+        checks = {
+            "compute": (short_name(existing.compute or ""), short_name(self.compute)),
+            "model": (model_name(existing.model), model_name(self.model)),
+            "instance_count": (getattr(resources, "instance_count", None), self.instance_count),
+            "instance_type": (getattr(resources, "instance_type", None) or None, self.instance_type or None),
+            "max_concurrency_per_instance": (existing.max_concurrency_per_instance, self.max_concurrency_per_instance),
+            "mini_batch_size": (existing.mini_batch_size, self.mini_batch_size),
+            "output_action": (have_action, self.output_action),
+            "output_file_name": (existing.output_file_name, self.output_file_name),
+            "max_retries": (getattr(retry, "max_retries", None), self.max_retries),
+            "retry_timeout": (getattr(retry, "timeout", None), self.retry_timeout),
+        }
+        return {k: v for k, v in checks.items() if v[0] != v[1]}
+
+
+def short_name(ref: Any) -> str:
+    """``azureml:name``, ``azureml:/subscriptions/.../computes/name`` or ``name`` -> ``name``."""
+    text = str(ref or "")
+    if text.startswith("azureml:"):
+        text = text[len("azureml:") :]
+    return text.rstrip("/").rsplit("/", 1)[-1]
+
+
+def model_name(ref: Any) -> str:
+    if ref is None:
+        return ""
+    if not isinstance(ref, str):
+        return str(getattr(ref, "name", ref))
+    text = ref[len("azureml:") :] if ref.startswith("azureml:") else ref
+    if "/models/" in text:
+        return text.split("/models/", 1)[1].split("/", 1)[0]
+    return text.split("@", 1)[0].split(":", 1)[0]
+
+
+def _model_ref(value: Any) -> Any:
+    if isinstance(value, dict):  # inline model definition in YAML: keep its name
+        return f"azureml:{value.get('name')}@latest" if value.get("name") else None
+    return value
