@@ -1,6 +1,6 @@
 """Every exception the provider raises, typed so that retry policies can tell them apart.
 
-- ``AzureMLConfigError``: bad input or configuration, raised before any API call. Never retry.
+- ``AzureMLConfigError``: bad input or configuration, raised before any API call. Fails without retry.
 - ``AzureMLJobFailedError``: the job's own code failed. Retrying resubmits the same bug.
 - ``AzureMLJobPreemptedError``: low-priority capacity was lost more times than allowed.
   Safe to retry later, or on dedicated compute.
@@ -10,15 +10,18 @@
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 
 class AzureMLError(AirflowException):
     """Base class of this provider's errors."""
 
 
-class AzureMLConfigError(AzureMLError, ValueError):
-    """Invalid input or connection settings, detected before anything was sent to Azure."""
+class AzureMLConfigError(AirflowFailException, AzureMLError, ValueError):
+    """Invalid input or connection settings, detected before anything was sent to Azure.
+
+    An ``AirflowFailException``: retrying cannot fix the input, so the task fails at once.
+    """
 
 
 class AzureMLJobError(AzureMLError):

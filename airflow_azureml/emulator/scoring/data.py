@@ -9,13 +9,33 @@ from pathlib import Path
 from airflow_azureml.emulator.scoring.heart import COLUMNS
 
 
+def heart_rows(count: int, *, seed: int = 0, id_prefix: str = "", start: int = 0) -> list[list[object]]:
+    """``count`` rows of heart-disease features with unique ids ``id_prefix + counter``."""
+    rng = random.Random(seed)
+    return [
+        [
+            f"{id_prefix}{start + i:07d}",
+            rng.randint(29, 77),
+            rng.randint(0, 1),
+            rng.randint(0, 3),
+            rng.randint(94, 200),
+            rng.randint(126, 564),
+            rng.randint(0, 1),
+            rng.randint(0, 2),
+            rng.randint(71, 202),
+            rng.randint(0, 1),
+            round(rng.uniform(0, 6.2), 1),
+        ]
+        for i in range(count)
+    ]
+
+
 def write_heart_csvs(folder: Path, *, files: int, rows_per_file: int, seed: int = 0, id_prefix: str = "") -> int:
     """Write ``files`` CSV files of ``rows_per_file`` rows each; returns the number of rows written.
 
     Every row has a unique ``row_id`` (``id_prefix`` + counter) so that scored output can be
     checked for rows lost or duplicated.
     """
-    rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     written = 0
     for index in range(files):
@@ -24,22 +44,7 @@ def write_heart_csvs(folder: Path, *, files: int, rows_per_file: int, seed: int 
         with open(tmp, "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(COLUMNS)
-            for _ in range(rows_per_file):
-                writer.writerow(
-                    [
-                        f"{id_prefix}{written:07d}",
-                        rng.randint(29, 77),
-                        rng.randint(0, 1),
-                        rng.randint(0, 3),
-                        rng.randint(94, 200),
-                        rng.randint(126, 564),
-                        rng.randint(0, 1),
-                        rng.randint(0, 2),
-                        rng.randint(71, 202),
-                        rng.randint(0, 1),
-                        round(rng.uniform(0, 6.2), 1),
-                    ]
-                )
-                written += 1
+            writer.writerows(heart_rows(rows_per_file, seed=seed * 100_003 + index, id_prefix=id_prefix, start=written))
+        written += rows_per_file
         tmp.replace(target)
     return written

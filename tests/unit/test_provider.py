@@ -1,0 +1,50 @@
+"""Provider registration and parse-time cost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_entry_point_and_provider_info() -> None:
+    eps = [ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_azureml")]
+    assert len(eps) == 1
+    info = eps[0].load()()
+    conn = info["connection-types"][0]
+    assert conn["connection-type"] == "azure_ml"
+    assert conn["hook-class-name"] == "airflow_azureml.hooks.azure_ml.AzureMLHook"
+    assert {"subscription_id", "resource_group", "workspace_name", "tenant_id", "cloud", "ca_bundle"} <= set(
+        conn["conn-fields"]
+    )
+    assert conn["ui-field-behaviour"]["relabeling"]["password"] == "Client secret"
+
+
+def test_providers_manager_sees_connection_type_and_widgets() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    pm = ProvidersManager()
+    assert "airflow-azureml" in pm.providers
+    assert "azure_ml" in pm.hooks
+    assert "extra__azure_ml__workspace_name" in pm.connection_form_widgets
+    assert pm.field_behaviours["azure_ml"]["hidden_fields"] == ["schema", "port", "host"]
+
+
+def test_importing_operators_hooks_and_dags_does_not_import_the_sdk() -> None:
+    code = (
+        "import sys, importlib, pkgutil, runpy\n"
+        "import airflow_azureml\n"
+        "for pkg in ('hooks', 'operators', 'sensors', 'triggers', 'links'):\n"
+        "    m = importlib.import_module(f'airflow_azureml.{pkg}')\n"
+        "    for info in pkgutil.iter_modules(m.__path__):\n"
+        "        importlib.import_module(f'airflow_azureml.{pkg}.{info.name}')\n"
+        f"for dag_file in {[str(p) for p in sorted((REPO / 'dags').glob('*.py'))]!r}:\n"
+        "    runpy.run_path(dag_file)\n"
+        "heavy = [m for m in ('azure.ai.ml', 'azure.identity', 'aiohttp') if m in sys.modules]\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY=\n" in result.stdout, result.stdout[-2000:]
