@@ -36,6 +36,7 @@ os.environ.update(
 )
 for source in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "dags").glob("*.py")]:
     shutil.copy(source, DAGS_FOLDER / source.name)
+shutil.copytree(REPO / "dags" / "azureml", DAGS_FOLDER / "azureml")
 
 from airflow_azureml.emulator import Emulator, Timing  # noqa: E402
 
@@ -91,9 +92,7 @@ def task_states(dag_run: Any) -> dict[str, str]:
 
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
-        return {
-            (ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): str(ti.state) for ti in tis
-        }
+        return {(ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): str(ti.state) for ti in tis}
 
 
 def xcom_value(dag_run: Any, task_id: str, map_index: int = -1, key: str = "return_value") -> Any:
@@ -109,4 +108,9 @@ def xcom_value(dag_run: Any, task_id: str, map_index: int = -1, key: str = "retu
         if row is None:
             return None
         value = row.value
-        return json.loads(value) if isinstance(value, str) else value
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                return value
+        return value

@@ -42,7 +42,11 @@ def invoke(ml: Any, input_path: str, job_name: str) -> str:
     job = ml.batch_endpoints.invoke(
         endpoint_name=ENDPOINT,
         deployment_name=DEPLOYMENT,
-        inputs={"heart_dataset": Input(type="uri_folder", path=f"azureml://datastores/workspaceblobstore/paths/{input_path}/")},
+        inputs={
+            "heart_dataset": Input(
+                type="uri_folder", path=f"azureml://datastores/workspaceblobstore/paths/{input_path}/"
+            )
+        },
         job_name=job_name,
     )
     return str(job.name)
@@ -124,7 +128,9 @@ def test_node_evictions_keep_every_row_exactly_once(emulator: Emulator, azureml_
     job = emulator.job(name)
     assert job is not None and job.mini_batch_attempts > job.mini_batches_total  # evicted mini-batches were redone
     compute = ml.compute._operation.get(
-        resource_group_name=emulator.resource_group, workspace_name=emulator.workspace_name, compute_name="low-pri-cluster"
+        resource_group_name=emulator.resource_group,
+        workspace_name=emulator.workspace_name,
+        compute_name="low-pri-cluster",
     )
     assert compute.properties.properties.node_state_counts.preempted_node_count == evicted
 
@@ -139,7 +145,9 @@ def test_whole_cluster_preemption(emulator: Emulator, azureml_conn: dict[str, An
     status = wait_terminal(ml, name)
     details = ml.jobs._runs_operations.get_run_details(name)
     compute = ml.compute._operation.get(
-        resource_group_name=emulator.resource_group, workspace_name=emulator.workspace_name, compute_name="low-pri-cluster"
+        resource_group_name=emulator.resource_group,
+        workspace_name=emulator.workspace_name,
+        compute_name="low-pri-cluster",
     )
     assert compute.properties.properties.node_state_counts.preempted_node_count > 0
     if form == "canceled":
@@ -233,8 +241,17 @@ def test_listens_on_loopback_only(emulator: Emulator) -> None:
 def test_startup_writes_connection_file(tmp_path: Path) -> None:
     with Emulator(tmp_path / "emu") as emu:
         info = (tmp_path / "emu" / "emulator.json").read_text()
-        for key in ("base_url", "ca_cert", "subscription_id", "resource_group", "workspace", "tenant_id",
-                    "client_id", "client_secret", "airflow_conn_uri"):
+        for key in (
+            "base_url",
+            "ca_cert",
+            "subscription_id",
+            "resource_group",
+            "workspace",
+            "tenant_id",
+            "client_id",
+            "client_secret",
+            "airflow_conn_uri",
+        ):
             assert key in info
         assert emu.base_url in info
 

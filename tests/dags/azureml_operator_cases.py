@@ -1,0 +1,83 @@
+"""DAGs that exercise each operator through real Airflow (``dag.test()``) in the integration tests.
+
+Parameters come from environment variables read at parse time, so each test can shape them.
+A failure callback records the exception type so tests can assert on the typed errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_azureml.operators import (
+    AzureMLCreateBatchDeploymentOperator,
+    AzureMLCreateComputeClusterOperator,
+    AzureMLDeleteComputeOperator,
+    AzureMLInvokeBatchEndpointOperator,
+)
+
+CONFIG = Path(__file__).parent / "azureml"
+START = pendulum.datetime(2026, 11, 1, tz="UTC")
+CASE = json.loads(os.environ.get("AZUREML_TEST_CASE", "{}"))
+
+
+def record_failure(context: dict[str, Any]) -> None:
+    path = os.environ.get("AZUREML_TEST_FAILURES")
+    if path:
+        with open(path, "a") as handle:
+            exc = context.get("exception")
+            handle.write(
+                json.dumps({"task": context["ti"].task_id, "type": type(exc).__name__, "message": str(exc)}) + "\n"
+            )
+
+
+DEFAULTS = {"retries": 0, "on_failure_callback": record_failure}
+
+with DAG("azureml_compute_cases", schedule=None, start_date=START, default_args=DEFAULTS) as compute_dag:
+    creates = [
+        AzureMLCreateComputeClusterOperator(
+            task_id="create_from_yaml", compute=str(CONFIG / "low-pri-cluster.yml"), **CASE.get("create_overrides", {})
+        )
+    ]
+    if CASE.get("with_dedicated", True):
+        creates.append(
+            AzureMLCreateComputeClusterOperator(
+                task_id="create_from_kwargs",
+                name="dedicated-pool",
+                size="STANDARD_DS3_v2",
+                tier="dedicated",
+                min_instances=0,
+                max_instances=2,
+                idle_time_before_scale_down=120,
+            )
+        )
+    if CASE.get("delete"):
+        creates >> AzureMLDeleteComputeOperator(task_id="delete", name=CASE["delete"])
+
+with DAG("azureml_deployment_case", schedule=None, start_date=START, default_args=DEFAULTS) as deployment_dag:
+    AzureMLCreateBatchDeploymentOperator(
+        task_id="create_deployment", deployment=str(CONFIG / "deployment.yml"), **CASE.get("deployment_overrides", {})
+    )
+
+with DAG("azureml_invoke_case", schedule=None, start_date=START, default_args=DEFAULTS) as invoke_dag:
+    AzureMLInvokeBatchEndpointOperator(
+        task_id="invoke",
+        endpoint_name=CASE.get("endpoint_name", "heart-classifier-batch"),
+        deployment_name=CASE.get("deployment_name", "classifier-xgboost"),
+        inputs=CASE.get(
+            "inputs", {"heart_dataset": "azureml://datastores/workspaceblobstore/paths/in/{{ ds_nodash }}/"}
+        ),
+        outputs=CASE.get("outputs"),
+        output_file_name=CASE.get("output_file_name"),
+        mini_batch_size=CASE.get("mini_batch_size"),
+        max_resubmits=CASE.get("max_resubmits", 3),
+        resubmit_backoff=0.05,
+        fallback_compute=CASE.get("fallback_compute"),
+        fallback_after=CASE.get("fallback_after"),
+        polling={"interval": 0.05, "max_interval": 0.2, **CASE.get("polling", {})},
+    )

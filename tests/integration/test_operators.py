@@ -1,0 +1,251 @@
+"""Each operator through real Airflow (``dag.test()``) and the real SDK against the emulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.emulator.scoring.data import write_heart_csvs
+from tests.conftest import load_dag, task_states, xcom_value
+from tests.helpers import preempt, when_running
+from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
+
+LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
+INPUT = "in/20261101"
+
+
+@pytest.fixture
+def run_case(
+    emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    failures = tmp_path / "failures.jsonl"
+    monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
+
+    def run(dag_id: str, case: dict[str, Any] | None = None) -> tuple[Any, list[dict[str, str]]]:
+        monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps(case or {}))
+        failures.unlink(missing_ok=True)
+        dag_run = load_dag("azureml_operator_cases.py", dag_id).test(logical_date=LOGICAL)
+        recorded = [json.loads(line) for line in failures.read_text().splitlines()] if failures.exists() else []
+        return dag_run, recorded
+
+    return run
+
+
+@pytest.fixture
+def workspace(emulator: Emulator, azureml_conn: dict[str, Any]) -> Emulator:
+    from airflow_azureml.hooks import AzureMLHook
+    from airflow_azureml.specs import ClusterSpec
+
+    ml = setup_workspace(AzureMLHook())
+    ml.compute.begin_create_or_update(
+        ClusterSpec(name="dedicated-pool", tier="dedicated", max_instances=2).to_entity()
+    ).result()
+    write_heart_csvs(emulator.datastore_path(INPUT), files=20, rows_per_file=5)
+    return emulator
+
+
+def puts(emulator: Emulator, contains: str) -> int:
+    return sum(1 for r in emulator.requests() if r["method"] in ("PUT", "PATCH") and contains in r["path"])
+
+
+def test_compute_operators_are_idempotent(emulator: Emulator, run_case) -> None:
+    run, failures = run_case("azureml_compute_cases")
+    assert str(run.state) == "success", (task_states(run), failures)
+    assert puts(emulator, "/computes/") == 2
+    assert xcom_value(run, "create_from_yaml")["tier"] == "low_priority"
+
+    run, _ = run_case("azureml_compute_cases")
+    assert str(run.state) == "success"
+    assert puts(emulator, "/computes/") == 2, "an unchanged cluster must not be written again"
+    assert xcom_value(run, "create_from_yaml")["changed"] is False
+
+    run, _ = run_case("azureml_compute_cases", {"create_overrides": {"max_instances": 4}})
+    assert str(run.state) == "success"
+    assert puts(emulator, "/computes/low-pri-cluster") == 2  # exactly one update
+    assert xcom_value(run, "create_from_yaml")["max_instances"] == 4
+
+    run, failures = run_case("azureml_compute_cases", {"create_overrides": {"tier": "dedicated"}})
+    assert str(run.state) == "failed"
+    assert failures == [{"task": "create_from_yaml", "type": "AzureMLConfigError", "message": failures[0]["message"]}]
+    assert "cannot change in place" in failures[0]["message"]
+
+    run, _ = run_case("azureml_compute_cases", {"delete": "dedicated-pool"})
+    assert str(run.state) == "success" and xcom_value(run, "delete") is True
+    assert emulator.call(lambda: "dedicated-pool" not in emulator.workspace.computes)
+    # teardown-safe: an absent cluster counts as deleted
+    run, _ = run_case("azureml_compute_cases", {"delete": "never-existed"})
+    assert str(run.state) == "success" and xcom_value(run, "delete") is False
+
+
+def test_deployment_operator_is_idempotent(emulator: Emulator, run_case) -> None:
+    run, failures = run_case("azureml_compute_cases")
+    assert str(run.state) == "success", failures
+    run, failures = run_case("azureml_deployment_case")
+    assert str(run.state) == "success", (task_states(run), failures)
+    assert xcom_value(run, "create_deployment")["changed"] is True
+    writes = puts(emulator, "/batchEndpoints/")
+    assert writes >= 2  # endpoint, deployment (and the default-deployment update)
+
+    run, _ = run_case("azureml_deployment_case")
+    assert str(run.state) == "success"
+    assert puts(emulator, "/batchEndpoints/") == writes, "an unchanged deployment must not be written again"
+
+    run, _ = run_case("azureml_deployment_case", {"deployment_overrides": {"mini_batch_size": 5}})
+    assert str(run.state) == "success"
+    assert puts(emulator, "/deployments/classifier-xgboost") == 2
+    assert (
+        emulator.call(
+            lambda: emulator.workspace.deployments[("heart-classifier-batch", "classifier-xgboost")].body["properties"][
+                "miniBatchSize"
+            ]
+        )
+        == 5
+    )
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "case", "message"),
+    [
+        (
+            "azureml_compute_cases",
+            {"create_overrides": {"min_instances": 5, "max_instances": 2}, "with_dedicated": False},
+            "min_instances",
+        ),
+        ("azureml_compute_cases", {"create_overrides": {"tier": "spot"}, "with_dedicated": False}, "Unknown tier"),
+        (
+            "azureml_compute_cases",
+            {"create_overrides": {"name": "bad_name!"}, "with_dedicated": False},
+            "Invalid compute name",
+        ),
+        ("azureml_deployment_case", {"deployment_overrides": {"mini_batch_size": 0}}, "mini_batch_size"),
+        ("azureml_invoke_case", {"endpoint_name": "x"}, "Invalid batch endpoint name"),
+        ("azureml_invoke_case", {"inputs": {"d": "/local/folder"}}, "is not a data URI"),
+        ("azureml_invoke_case", {"inputs": {}}, "non-empty mapping"),
+        ("azureml_invoke_case", {"fallback_compute": "dedicated-pool"}, "fallback_after"),
+    ],
+)
+def test_bad_input_fails_before_any_api_call(
+    emulator: Emulator, run_case, dag_id: str, case: dict, message: str
+) -> None:
+    run, failures = run_case(dag_id, case)
+    assert str(run.state) == "failed"
+    assert failures[0]["type"] == "AzureMLConfigError" and message in failures[0]["message"]
+    assert emulator.requests() == [], "validation must come before any request"
+
+
+def test_invoke_happy_path(workspace: Emulator, run_case) -> None:
+    run, failures = run_case("azureml_invoke_case")
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert result["status"] == "Completed" and result["resubmits"] == 0 and result["preemptions"] == 0
+    assert result["output_uri"].startswith("azureml://datastores/workspaceblobstore/paths/")
+    assert len(prediction_ids(workspace, result["job_name"])) == 100
+    assert xcom_value(run, "invoke", key="azureml_studio_job_url").endswith(f"/_emulator/jobs/{result['job_name']}")
+    assert len(workspace.jobs()) == 1
+
+
+def test_invoke_overrides_reach_the_job(workspace: Emulator, run_case) -> None:
+    out = "azureml://datastores/workspaceblobstore/paths/out/{{ ds_nodash }}/"
+    run, failures = run_case(
+        "azureml_invoke_case", {"outputs": {"score": out}, "output_file_name": "scores.csv", "mini_batch_size": 7}
+    )
+    assert str(run.state) == "success", failures
+    assert len(workspace.datastore_path("out/20261101/scores.csv").read_text().splitlines()) == 100
+    job = workspace.jobs()[0]
+    assert job.mini_batches_total == 3  # 20 files / 7 per mini-batch
+
+
+def test_whole_cluster_preemption_resubmits_once(workspace: Emulator, run_case) -> None:
+    with when_running(workspace, preempt("canceled")) as preempted:
+        run, failures = run_case("azureml_invoke_case")
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert len(preempted) == 1
+    assert result["resubmits"] == 1 and result["preemptions"] == 1
+    jobs = {j.name: j for j in workspace.jobs()}
+    assert len(jobs) == 2 and set(result["job_names"]) == set(jobs)
+    assert [jobs[n].status for n in result["job_names"]] == ["Canceled", "Completed"]
+    assert len(prediction_ids(workspace, result["job_name"])) == 100
+
+
+def test_preemption_error_form_is_resubmitted_too(workspace: Emulator, run_case) -> None:
+    with when_running(workspace, preempt("failed")):
+        run, failures = run_case("azureml_invoke_case")
+    assert str(run.state) == "success", failures
+    assert xcom_value(run, "invoke")["preemptions"] == 1
+    assert [j.status for j in workspace.jobs()] == ["Failed", "Completed"]
+
+
+def test_user_cancel_is_never_resubmitted(workspace: Emulator, run_case) -> None:
+    with when_running(workspace, lambda emu, job: emu.call(lambda: emu.workspace.cancel_job(job))):
+        run, failures = run_case("azureml_invoke_case")
+    assert str(run.state) == "failed"
+    assert failures[0]["type"] == "AzureMLJobCanceledError"
+    assert len(workspace.jobs()) == 1
+
+
+def test_preemptions_beyond_budget_raise_preempted_error(workspace: Emulator, run_case) -> None:
+    with when_running(workspace, preempt("canceled"), times=2) as preempted:
+        run, failures = run_case("azureml_invoke_case", {"max_resubmits": 1})
+    assert str(run.state) == "failed"
+    assert len(preempted) == 2
+    assert failures[0]["type"] == "AzureMLJobPreemptedError"
+    assert "max_resubmits=1" in failures[0]["message"]
+    assert len(workspace.jobs()) == 2
+
+
+def test_fallback_to_dedicated_compute(workspace: Emulator, run_case) -> None:
+    with when_running(workspace, preempt("canceled")):
+        run, failures = run_case("azureml_invoke_case", {"fallback_compute": "dedicated-pool", "fallback_after": 1})
+    assert str(run.state) == "success", failures
+    jobs = workspace.jobs()
+    assert [j.compute for j in jobs] == ["low-pri-cluster", "dedicated-pool"]
+    assert jobs[1].status == "Completed"
+
+
+def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -> None:
+    bad = workspace.datastore_path(INPUT) / "zz-broken.csv"
+    bad.write_text("row_id,age\nx,not-a-number\n")
+    run, failures = run_case("azureml_invoke_case")
+    assert str(run.state) == "failed"
+    assert failures[0]["type"] == "AzureMLJobFailedError"
+    assert "mini-batch" in failures[0]["message"] and "could not convert string to float" in failures[0]["message"]
+    assert len(workspace.jobs()) == 1
+
+
+def test_retry_reattaches_instead_of_resubmitting(workspace: Emulator, run_case) -> None:
+    run, _ = run_case("azureml_invoke_case")
+    assert str(run.state) == "success"
+    first = xcom_value(run, "invoke")
+    # A second try of the same unit of work has the same run id: it must find the completed job.
+    # (Real retries after crashes run on a real scheduler in the e2e suite.)
+    from airflow.sdk import DAG
+
+    from airflow_azureml.operators import AzureMLInvokeBatchEndpointOperator
+
+    with DAG("azureml_invoke_case", schedule=None, start_date=LOGICAL):
+        op = AzureMLInvokeBatchEndpointOperator(
+            task_id="invoke",
+            endpoint_name="heart-classifier-batch",
+            deployment_name="classifier-xgboost",
+            inputs={"heart_dataset": f"azureml://datastores/workspaceblobstore/paths/{INPUT}/"},
+            polling={"interval": 0.05},
+        )
+    pushed: dict[str, Any] = {}
+
+    class RetryTaskInstance:  # only what execute() touches of the runtime task instance
+        map_index = -1
+
+        @staticmethod
+        def xcom_push(key: str, value: Any) -> None:
+            pushed[key] = value
+
+    again = op.execute({"ti": RetryTaskInstance(), "run_id": run.run_id})
+    assert again["job_name"] == first["job_name"] and again["job_names"] == first["job_names"]
+    assert len(workspace.jobs()) == 1
+    assert pushed["azureml_studio_job_url"].endswith(first["job_name"])
