@@ -104,6 +104,7 @@ class Routes:
         r.add_get(history + "/runs/{run}/details", self.run_details)
         r.add_get(history + "/experiments/{exp}/runs/{run}/details", self.run_details)
         r.add_get(history + "/experimentids/{exp}/runs/{run}/details", self.run_details)
+        r.add_get("/_emulator/jobs", self.control_jobs)
         r.add_get("/_emulator/jobs/{name}", self.control_job)
         r.add_get("/_emulator/requests", self.control_requests)
         r.add_post("/_emulator/faults", self.control_faults)
@@ -480,6 +481,23 @@ class Routes:
         if job is None:
             return arm_error(404, "NotFound", "no such job")
         return web.json_response({"job": job.to_arm(self.ws_id), "runDetails": job.to_run_details()})
+
+    async def control_jobs(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            [
+                {
+                    "name": j.name,
+                    "status": j.status,
+                    "compute": j.compute,
+                    "created": j.created.isoformat(),
+                    "error": (j.error or {}).get("message"),
+                    "warnings": [w["message"] for w in j.warnings],
+                    "rows_scored": j.rows_scored,
+                    "mini_batch_attempts": j.mini_batch_attempts,
+                }
+                for j in self.ws.jobs.values()
+            ]
+        )
 
     async def control_requests(self, request: web.Request) -> web.Response:
         return web.json_response(self.request_log[-int(request.query.get("last", "1000")) :])
