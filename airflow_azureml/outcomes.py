@@ -165,3 +165,22 @@ def classify(
             return Classification(Outcome.PREEMPTED, f"canceled by the platform: {why}")
         return Classification(Outcome.USER_CANCELED, "canceled by a user")
     return Classification(Outcome.FAILED, f"job ended in state {status}: {message or 'no message'}")
+
+
+def exception_for(job: JobSnapshot, verdict: Classification) -> Exception:
+    """The typed exception for a job that did not succeed."""
+    from airflow_azureml.exceptions import (
+        AzureMLJobCanceledError,
+        AzureMLJobFailedError,
+        AzureMLJobPreemptedError,
+    )
+
+    if verdict.outcome is Outcome.USER_CANCELED:
+        return AzureMLJobCanceledError(
+            f"Job {job.name} was {verdict.reason}; not resubmitting.", job_name=job.name, status=job.status
+        )
+    if verdict.outcome is Outcome.PREEMPTED:
+        return AzureMLJobPreemptedError(
+            f"Job {job.name} was preempted: {verdict.reason}", job_name=job.name, status=job.status
+        )
+    return AzureMLJobFailedError(f"Job {job.name} failed: {verdict.reason}", job_name=job.name, status=job.status)

@@ -44,6 +44,8 @@ DATASTORE = "workspaceblobstore"
 DATASTORE_ROOT = os.environ.get("AZUREML_DATASTORE_ROOT", "file:///tmp/azureml-datastore/workspaceblobstore")
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
+# Waiting in the triggerer frees the worker slot for the hours a batch job can take.
+DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
 HEADER = ["row_id", "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak"]
 
 
@@ -136,6 +138,7 @@ with DAG(
         deployment_name=DEPLOYMENT,
         max_resubmits=3,
         resubmit_backoff=RESUBMIT_BACKOFF,
+        deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(plan(extracted := extract()))

@@ -281,7 +281,7 @@ class Routes:
     async def list_jobs(self, request: web.Request) -> web.Response:
         self._check_scope(request)
         q = request.query
-        jobs = list(self.ws.jobs.values())
+        jobs = list(reversed(self.ws.jobs.values()))  # newest first, as the service lists them
         if q.get("jobType"):
             jobs = [j for j in jobs if j.job_type.lower() == q["jobType"].lower()]
         if q.get("tag"):

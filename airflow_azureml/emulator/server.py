@@ -165,6 +165,7 @@ class Emulator:
             "method": request.method,
             "path": request.path,
             "query": dict(request.query),
+            "ua": request.headers.get("User-Agent", ""),
         }
         if len(self.request_log) < MAX_LOGGED_REQUESTS:
             self.request_log.append(entry)

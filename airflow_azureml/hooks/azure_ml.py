@@ -277,10 +277,12 @@ class AzureMLHook(BaseHook):
             self._rest = RestClient(self.settings, self.get_credential())
         return self._rest
 
-    def async_rest(self) -> AsyncRestClient:
-        """A new native-asyncio REST client; the caller closes it."""
+    async def async_rest(self) -> AsyncRestClient:
+        """A new native-asyncio REST client (the caller closes it). Reads the connection without blocking."""
         from airflow_azureml.hooks.rest import AsyncRestClient
 
+        if "settings" not in self.__dict__:
+            self.__dict__["settings"] = parse_connection(await self.aget_connection(self.azure_ml_conn_id))
         return AsyncRestClient(self.settings, self.get_async_credential())
 
     def job_snapshot(self, name: str) -> JobSnapshot | None:

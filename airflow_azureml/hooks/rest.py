@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 API_VERSION = "2024-10-01"
 USER_AGENT = "airflow-azureml/0.1"
+ASYNC_USER_AGENT = "airflow-azureml/0.1 (asyncio)"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TOKEN_SLACK = 300  # refresh tokens five minutes before they expire
 
@@ -192,6 +193,7 @@ class AsyncRestClient:
             transport=AioHttpTransport(connection_verify=settings.connection_verify, connection_timeout=30),
         )
         self.requests_sent = 0
+        self.list_pages = 0
 
     async def _auth(self, force: bool = False) -> str:
         if force or self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time():
@@ -210,12 +212,14 @@ class AsyncRestClient:
                 method,
                 url,
                 params=query,
-                headers={"Authorization": f"Bearer {await self._auth(force=attempt == 2)}", "User-Agent": USER_AGENT},
+                headers={
+                    "Authorization": f"Bearer {await self._auth(force=attempt == 2)}",
+                    "User-Agent": ASYNC_USER_AGENT,
+                },
             )
             self.requests_sent += 1
             try:
-                response = await self._client.send_request(request)
-                await response.read()
+                response = await self._client.send_request(request)  # body is loaded (stream=False)
             except (ServiceRequestError, ServiceResponseError) as exc:
                 raise TransientRestError(f"{what or url}: connection error: {scrub(str(exc))}") from None
             if response.status_code == 401 and attempt == 1:
@@ -259,6 +263,7 @@ class AsyncRestClient:
         query: dict[str, str] | None = params
         while url:
             page = await self.request("GET", url, params=query, what="LIST jobs")
+            self.list_pages += 1
             for item in page.get("value") or []:
                 yield item
             url, query = page.get("nextLink"), None

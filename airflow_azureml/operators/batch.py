@@ -13,13 +13,12 @@ from airflow_azureml import naming
 from airflow_azureml.exceptions import (
     AzureMLConfigError,
     AzureMLError,
-    AzureMLJobCanceledError,
-    AzureMLJobFailedError,
     AzureMLJobPreemptedError,
+    AzureMLJobQueueTimeoutError,
 )
 from airflow_azureml.links.studio import AzureMLStudioJobLink
 from airflow_azureml.operators.base import AzureMLBaseOperator
-from airflow_azureml.outcomes import Classification, JobSnapshot, Outcome, classify
+from airflow_azureml.outcomes import Classification, JobSnapshot, Outcome, classify, exception_for
 from airflow_azureml.redaction import scrub
 from airflow_azureml.specs import (
     DeploymentSpec,
@@ -29,8 +28,10 @@ from airflow_azureml.specs import (
     check_endpoint_name,
     short_name,
 )
+from airflow_azureml.triggers.job import AzureMLJobTrigger
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
+BASELINE_XCOM = "azureml_preempted_baseline"  # the cluster's preempted-node count at submission
 
 
 class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
@@ -288,13 +289,51 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
         else:
             self.log.info("Found job %s from an earlier attempt (%s); attaching.", snapshot.name, snapshot.status)
             AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(snapshot.name))
+        return self._wait(context, state, snapshot)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Back from the triggerer. The resubmission state is rebuilt from the job-name chain."""
+        state = ResubmissionState(key=self._unit_key(context))
+        self._state = state
+        self._discover(state)
+        state.preempted_baseline = self._load_baseline(context, event.get("job_name"))
+        if event["status"] == "queue_timeout":
+            self.hook.cancel_job(event["job_name"])  # do not pay for it once capacity shows up
+            raise AzureMLJobQueueTimeoutError(event["message"] + "; cancelled it.", job_name=event["job_name"])
+        if event["status"] != "terminal":
+            raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
+        return self._wait(context, state, JobSnapshot.from_dict(event["job"]))
+
+    def _wait(self, context: Any, state: ResubmissionState, snapshot: JobSnapshot | None) -> dict[str, Any]:
+        """Wait (polling here, or deferring) until the unit of work succeeds or fails for good."""
         while True:
             if snapshot is None or not snapshot.terminal:
-                snapshot = self.hook.wait_for_job(state.current or "", self.polling, self._log_status)
+                if self.deferrable:
+                    snapshot = self.hook.job_snapshot(state.current or "")  # check before deferring
+                    if snapshot is None or not snapshot.terminal:
+                        self.defer(
+                            trigger=AzureMLJobTrigger(
+                                job_name=state.current or "",
+                                azure_ml_conn_id=self.azure_ml_conn_id,
+                                polling=self.polling,
+                            ),
+                            method_name="execute_complete",
+                            timeout=self.execution_timeout,
+                        )
+                else:
+                    snapshot = self.hook.wait_for_job(state.current or "", self.polling, self._log_status)
             result = self._handle_terminal(context, state, snapshot)
             if result is not None:
                 return result
             snapshot = None  # a resubmission happened; wait for the new job
+
+    @staticmethod
+    def _load_baseline(context: Any, job_name: str | None) -> int | None:
+        ti = context["ti"]
+        stored = ti.xcom_pull(task_ids=ti.task_id, key=BASELINE_XCOM, map_indexes=ti.map_index)
+        if isinstance(stored, dict) and stored.get("job") == job_name:
+            return stored.get("preempted_node_count")
+        return None
 
     def _discover(self, state: ResubmissionState) -> JobSnapshot | None:
         """Walk the deterministic chain ``-r0, -r1, ...``; return the newest job's snapshot.
@@ -340,6 +379,9 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
         )
         state.job_names.append(name)
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
+        context["ti"].xcom_push(
+            key=BASELINE_XCOM, value={"job": name, "preempted_node_count": state.preempted_baseline}
+        )
         return name
 
     def _target_compute(self, state: ResubmissionState) -> str | None:
@@ -381,16 +423,8 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
             }
             self.log.info("Job %s completed: %s", snapshot.name, result)
             return result
-        if verdict.outcome is Outcome.FAILED:
-            raise AzureMLJobFailedError(
-                f"Job {snapshot.name} failed: {verdict.reason}", job_name=snapshot.name, status=snapshot.status
-            )
-        if verdict.outcome is Outcome.USER_CANCELED:
-            raise AzureMLJobCanceledError(
-                f"Job {snapshot.name} was {verdict.reason}; not resubmitting.",
-                job_name=snapshot.name,
-                status=snapshot.status,
-            )
+        if verdict.outcome in (Outcome.FAILED, Outcome.USER_CANCELED):
+            raise exception_for(snapshot, verdict)
         state.preemptions += 1
         if state.preemptions > self.max_resubmits:
             raise AzureMLJobPreemptedError(

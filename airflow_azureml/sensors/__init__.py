@@ -1,1 +1,5 @@
 """Sensors."""
+
+from airflow_azureml.sensors.job import AzureMLJobSensor
+
+__all__ = ["AzureMLJobSensor"]

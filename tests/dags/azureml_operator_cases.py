@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pendulum
 from airflow.sdk import DAG
@@ -20,20 +19,11 @@ from airflow_azureml.operators import (
     AzureMLDeleteComputeOperator,
     AzureMLInvokeBatchEndpointOperator,
 )
+from tests.dag_support import record_failure
 
 CONFIG = Path(__file__).parent / "azureml"
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 CASE = json.loads(os.environ.get("AZUREML_TEST_CASE", "{}"))
-
-
-def record_failure(context: dict[str, Any]) -> None:
-    path = os.environ.get("AZUREML_TEST_FAILURES")
-    if path:
-        with open(path, "a") as handle:
-            exc = context.get("exception")
-            handle.write(
-                json.dumps({"task": context["ti"].task_id, "type": type(exc).__name__, "message": str(exc)}) + "\n"
-            )
 
 
 DEFAULTS = {"retries": 0, "on_failure_callback": record_failure}

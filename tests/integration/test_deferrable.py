@@ -1,0 +1,177 @@
+"""Waiting in the triggerer: the coalesced poller, Retry-After, queue limits, on_kill, the sensor."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.emulator.scoring.data import write_heart_csvs
+from airflow_azureml.hooks import AzureMLHook
+from airflow_azureml.triggers.job import AzureMLJobTrigger
+from airflow_azureml.triggers.poller import WorkspacePoller
+from tests.conftest import load_dag, task_states
+from tests.helpers import preempt, when_running
+from tests.integration.test_emulator_sdk import invoke, setup_workspace
+from tests.integration.test_example_dag import INTERVAL, read_report
+
+FAST = {"interval": 0.05, "max_interval": 0.2, "jitter": 0.0}
+
+
+async def run_trigger(trigger: AzureMLJobTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("trigger yielded nothing")
+
+
+@pytest.fixture
+def jobs(emulator: Emulator, azureml_conn: dict[str, Any]) -> tuple[Emulator, Any]:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("in/a"), files=6, rows_per_file=4)
+    return emulator, ml
+
+
+def test_many_waits_share_one_paged_list(jobs: tuple[Emulator, Any]) -> None:
+    emulator, ml = jobs
+    names = [invoke(ml, "in/a", f"job-{i}") for i in range(12)]
+    before = len(emulator.requests())
+
+    async def wait_all() -> tuple[list[dict[str, Any]], Any]:
+        triggers = [AzureMLJobTrigger(job_name=n, azure_ml_conn_id="azure_ml_default", polling=FAST) for n in names]
+        poller = None
+
+        async def one(t: AzureMLJobTrigger) -> dict[str, Any]:
+            nonlocal poller
+            poller = WorkspacePoller.for_connection("azure_ml_default")
+            return await run_trigger(t)
+
+        results = await asyncio.gather(*(one(t) for t in triggers))
+        return results, poller
+
+    events, poller = asyncio.run(wait_all())
+    assert [e["status"] for e in events] == ["terminal"] * 12
+    assert {e["job"]["status"] for e in events} == {"Completed"}
+    reads = [r for r in emulator.requests()[before:] if r["method"] == "GET" and "/jobs" in r["path"]]
+    lists = [r for r in reads if r["path"].endswith("/jobs")]
+    gets = [r for r in reads if not r["path"].endswith("/jobs")]
+    assert poller.stats.list_pages == len(lists) > 0
+    # single GETs only once few waits are left (cheaper than a page); every job read once by its waiter
+    assert len(gets) == poller.stats.job_gets
+    assert len(lists) + len(gets) < poller.stats.waits_served / 2, "coalescing must save most reads"
+
+
+def test_trigger_honours_429_retry_after(jobs: tuple[Emulator, Any]) -> None:
+    emulator, ml = jobs
+    name = invoke(ml, "in/a", "job-429")
+    emulator.add_fault(kind="status", status=429, retry_after=1, path=f"/jobs/{name}$", methods=["GET"], count=1)
+    event = asyncio.run(
+        run_trigger(AzureMLJobTrigger(job_name=name, azure_ml_conn_id="azure_ml_default", polling=FAST))
+    )
+    assert event["status"] == "terminal"
+    hits = [r for r in emulator.requests() if r["path"].endswith(f"/jobs/{name}") and r["method"] == "GET"]
+    assert hits[0]["status"] == 429 and hits[0]["retry_after"] == "1"
+    assert hits[1]["t"] - hits[0]["t"] >= 0.95, "the next poll must wait for Retry-After"
+
+
+def test_transient_errors_and_dropped_connections_are_retried(jobs: tuple[Emulator, Any]) -> None:
+    emulator, ml = jobs
+    name = invoke(ml, "in/a", "job-flaky")
+    emulator.add_fault(kind="status", status=503, path=f"/jobs/{name}$", count=2)
+    emulator.add_fault(kind="drop", path=f"/jobs/{name}$", count=2)
+    event = asyncio.run(
+        run_trigger(AzureMLJobTrigger(job_name=name, azure_ml_conn_id="azure_ml_default", polling=FAST))
+    )
+    assert event["status"] == "terminal" and event["job"]["status"] == "Completed"
+    faults = [r.get("fault") for r in emulator.requests() if r["path"].endswith(f"/jobs/{name}")]
+    assert faults.count("status") == 2 and faults.count("drop") == 2
+
+
+def test_max_queue_time_ends_the_wait(jobs: tuple[Emulator, Any]) -> None:
+    emulator, ml = jobs
+    emulator.set_capacity("low-pri-cluster", 0)
+    name = invoke(ml, "in/a", "job-starved")
+    event = asyncio.run(
+        run_trigger(
+            AzureMLJobTrigger(
+                job_name=name, azure_ml_conn_id="azure_ml_default", polling={**FAST, "max_queue_time": 0.5}
+            )
+        )
+    )
+    assert event["status"] == "queue_timeout" and "stayed Queued" in event["message"]
+
+
+def test_trigger_on_kill_cancels_the_job(jobs: tuple[Emulator, Any]) -> None:
+    emulator, ml = jobs
+    emulator.set_capacity("low-pri-cluster", 0)  # keep it waiting
+    name = invoke(ml, "in/a", "job-killed")
+    trigger = AzureMLJobTrigger(job_name=name, azure_ml_conn_id="azure_ml_default", polling=FAST)
+    asyncio.run(trigger.on_kill())
+    job = emulator.job(name)
+    assert job is not None and job.cancel_requested
+
+
+def test_unknown_job_is_an_error_event(jobs: tuple[Emulator, Any]) -> None:
+    event = asyncio.run(
+        run_trigger(AzureMLJobTrigger(job_name="no-such-job", azure_ml_conn_id="azure_ml_default", polling=FAST))
+    )
+    assert event["status"] == "error" and "not found" in event["message"]
+
+
+@pytest.fixture
+def sensor_case(jobs: tuple[Emulator, Any], airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    emulator, ml = jobs
+    failures = tmp_path / "failures.jsonl"
+    monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
+
+    def run(case: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+        monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps(case))
+        dag_run = load_dag("azureml_sensor_cases.py").test(logical_date=INTERVAL)
+        recorded = [json.loads(x) for x in failures.read_text().splitlines()] if failures.exists() else []
+        return dag_run, recorded
+
+    return emulator, ml, run
+
+
+@pytest.mark.parametrize("mode", ["poke", "reschedule", "deferrable"])
+def test_sensor_modes_succeed_on_completion(sensor_case, mode: str) -> None:
+    _, ml, run = sensor_case
+    name = invoke(ml, "in/a", f"job-sensed-{mode}")
+    dag_run, failures = run({"job_name": name, "mode": mode})
+    assert str(dag_run.state) == "success", (task_states(dag_run), failures)
+
+
+@pytest.mark.parametrize("mode", ["poke", "deferrable"])
+def test_sensor_raises_typed_error_on_preemption(sensor_case, mode: str) -> None:
+    emulator, ml, run = sensor_case
+    write_heart_csvs(emulator.datastore_path("in/big"), files=60, rows_per_file=2)
+    name = invoke(ml, "in/big", f"job-pre-{mode}")
+    with when_running(emulator, preempt("failed")):
+        dag_run, failures = run({"job_name": name, "mode": mode})
+    assert str(dag_run.state) == "failed"
+    assert failures[0]["type"] == "AzureMLJobPreemptedError"
+
+
+def test_example_dag_deferrable_with_preemption(
+    emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{emulator.datastore_path('')}")
+    monkeypatch.setenv("AZUREML_POLL_SECONDS", "0.1")
+    monkeypatch.setenv("AZUREML_RESUBMIT_BACKOFF_SECONDS", "0.1")
+    monkeypatch.setenv("AZUREML_DEFERRABLE", "true")
+    dag = load_dag("low_priority_batch_scoring.py")
+    assert dag.get_task("score_partition").partial_kwargs["deferrable"] is True
+    with when_running(emulator, preempt("canceled")) as preempted:
+        run = dag.test(logical_date=INTERVAL)
+    assert str(run.state) == "success", task_states(run)
+    assert len(preempted) == 1
+    report = read_report(emulator)
+    assert report["rows_in"] == report["rows_scored"] == 600
+    assert report["resubmissions"] == 1 and len(emulator.jobs()) == 5
+    # the wait after the resubmission ran in the triggerer: execute_complete resubmitted and deferred again
+    resubmitted = next(j.name for j in emulator.jobs() if j.name.endswith("-r1"))
+    pollers = {r["ua"] for r in emulator.requests() if r["path"].endswith(f"/jobs/{resubmitted}")}
+    assert "airflow-azureml/0.1 (asyncio)" in pollers
