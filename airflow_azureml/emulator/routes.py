@@ -106,6 +106,7 @@ class Routes:
         r.add_get(history + "/experimentids/{exp}/runs/{run}/details", self.run_details)
         r.add_get("/_emulator/jobs", self.control_jobs)
         r.add_get("/_emulator/jobs/{name}", self.control_job)
+        r.add_post("/_emulator/synthetic-jobs", self.control_synthetic_jobs)
         r.add_get("/_emulator/requests", self.control_requests)
         r.add_post("/_emulator/faults", self.control_faults)
         r.add_delete("/_emulator/faults", self.control_clear_faults)
@@ -490,6 +491,7 @@ class Routes:
                     "status": j.status,
                     "compute": j.compute,
                     "created": j.created.isoformat(),
+                    "ended": j.ended.timestamp() if j.ended else None,
                     "error": (j.error or {}).get("message"),
                     "warnings": [w["message"] for w in j.warnings],
                     "rows_scored": j.rows_scored,
@@ -499,8 +501,17 @@ class Routes:
             ]
         )
 
+    async def control_synthetic_jobs(self, request: web.Request) -> web.Response:
+        data = await request.json()
+        names = self.ws.create_synthetic_jobs(
+            str(data.get("prefix", "synthetic")), list(data["durations"]), float(data.get("queue_seconds", 0))
+        )
+        return web.json_response({"jobs": names})
+
     async def control_requests(self, request: web.Request) -> web.Response:
-        return web.json_response(self.request_log[-int(request.query.get("last", "1000")) :])
+        since = float(request.query.get("since", "0"))
+        entries = [e for e in self.request_log if e["t"] >= since] if since else self.request_log
+        return web.json_response(entries[-int(request.query.get("last", "1000")) :])
 
     async def control_faults(self, request: web.Request) -> web.Response:
         data = await request.json()

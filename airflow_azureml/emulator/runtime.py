@@ -297,6 +297,26 @@ class Workspace:
         self._runners[name] = self._spawn(self._run_command(job, compute))
         return job, True
 
+    def create_synthetic_jobs(self, prefix: str, durations: list[float], queue_seconds: float = 0.0) -> list[str]:
+        """Jobs with fixed timelines and no compute, for load tests of the waiting side."""
+        names = []
+        for index, duration in enumerate(durations):
+            name = f"{prefix}-{index:05d}"
+            if name in self.jobs:
+                raise EmulatorError(409, "UserError", f"A job named {name!r} already exists in this workspace")
+            job = Job(name=name, job_type="Command", compute="", properties={"displayName": name})
+            self.jobs[name] = job
+            self._runners[name] = self._spawn(self._run_synthetic(job, queue_seconds, float(duration)))
+            names.append(name)
+        return names
+
+    async def _run_synthetic(self, job: Job, queue_seconds: float, duration: float) -> None:
+        job.set_status("Queued")
+        await asyncio.sleep(queue_seconds)
+        job.set_status("Running")
+        await asyncio.sleep(duration)
+        self._end_job(job, "Completed")
+
     def cancel_job(self, name: str) -> Job:
         job = self.jobs.get(name)
         if job is None:

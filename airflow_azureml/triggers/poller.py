@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 # Below this many waits, single GETs are cheaper than a page of the job list.
 DIRECT_GET_LIMIT = 3
+# New waits arriving together (a triggerer picks up triggers in batches) share their first poll.
+JOIN_DEBOUNCE = 0.05
 
 
 @dataclass
@@ -92,14 +94,18 @@ class WorkspacePoller:
 
     async def _run(self) -> None:
         errors = 0
+        quiet_ticks = 0  # list mode: consecutive ticks in which no waited job changed
         try:
             client = await self._get_client()
+            await self._sleep(JOIN_DEBOUNCE)  # let a burst of new waits share the first poll
             while self._waits:
+                waits = [w for group in self._waits.values() for w in group]
+                list_mode = len(waits) > DIRECT_GET_LIMIT
                 now = time.monotonic()
-                due = [w for waits in self._waits.values() for w in waits if w.due <= now]
+                due = waits if list_mode else [w for w in waits if w.due <= now]
                 if due:
                     try:
-                        snapshots = await self._poll(client, {w.job_name for w in due})
+                        snapshots = await self._poll(client, {w.job_name for w in due}, list_mode)
                         errors = 0
                     except TransientRestError as exc:
                         errors += 1
@@ -114,8 +120,14 @@ class WorkspacePoller:
                         continue
                     self.stats.ticks += 1
                     self.stats.waits_served += len(due)
-                    self._deliver(due, snapshots)
-                await self._sleep(self._next_delay())
+                    changed = self._deliver(due, snapshots)
+                    quiet_ticks = 0 if changed else quiet_ticks + 1
+                if list_mode and self._waits:
+                    # One LIST serves every wait, so back off as a whole: slower while nothing changes.
+                    policy = min((w.watch.policy for w in waits), key=lambda p: p.interval)
+                    await self._sleep(policy.delay(quiet_ticks), debounce=True)
+                else:
+                    await self._sleep(self._next_delay(), debounce=True)
         except Exception as exc:  # never leave waiters hanging
             log.exception("Job poller for %s crashed", self.conn_id)
             self._fail_all(f"poller crashed: {type(exc).__name__}: {exc}")
@@ -125,18 +137,21 @@ class WorkspacePoller:
                 self._client = None
             self._registry.pop((self.conn_id, id(asyncio.get_running_loop())), None)
 
-    async def _sleep(self, delay: float) -> None:
+    async def _sleep(self, delay: float, debounce: bool = False) -> None:
+        """Sleep ``delay`` seconds, or until a new wait arrives (then briefly, to batch arrivals)."""
         self._wakeup.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout=max(0.0, delay))
+            if debounce:
+                await asyncio.sleep(JOIN_DEBOUNCE)
 
     def _next_delay(self) -> float:
         dues = [w.due for waits in self._waits.values() for w in waits]
         return max(0.0, min(dues) - time.monotonic()) if dues else 0.0
 
-    async def _poll(self, client: AsyncRestClient, names: set[str]) -> dict[str, JobSnapshot | None]:
+    async def _poll(self, client: AsyncRestClient, names: set[str], list_mode: bool) -> dict[str, JobSnapshot | None]:
         found: dict[str, dict[str, Any]] = {}
-        if len(names) > DIRECT_GET_LIMIT:
+        if list_mode:
             pages_before = client.list_pages
             async for item in client.list_jobs({"listViewType": "ActiveOnly"}):
                 if item.get("name") in names:
@@ -160,18 +175,22 @@ class WorkspacePoller:
             result[name] = await client.complete_snapshot(arm)
         return result
 
-    def _deliver(self, due: list[_Wait], snapshots: dict[str, JobSnapshot | None]) -> None:
+    def _deliver(self, due: list[_Wait], snapshots: dict[str, JobSnapshot | None]) -> bool:
+        """Feed each wait its snapshot; resolve the finished ones. Returns whether anything changed."""
         now = time.monotonic()
+        changed = False
         for wait in due:
             if wait.future.done():
                 continue
             snapshot = snapshots.get(wait.job_name)
             if snapshot is None:
+                changed = True
                 self._resolve(
                     wait, {"status": "error", "job_name": wait.job_name, "message": f"job {wait.job_name} not found"}
                 )
                 continue
             delay = wait.watch.observe(snapshot, now)
+            changed = changed or wait.watch.unchanged_polls == 0
             if delay is None:
                 self._resolve(wait, {"status": "terminal", "job_name": wait.job_name, "job": snapshot.to_dict()})
             elif wait.watch.queue_time_exceeded(now):
@@ -187,6 +206,7 @@ class WorkspacePoller:
                 )
             else:
                 wait.due = now + delay
+        return changed
 
     def _resolve(self, wait: _Wait, payload: dict[str, Any]) -> None:
         self.stats.events += 1
