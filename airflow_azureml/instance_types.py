@@ -585,3 +585,36 @@ __all__ = [
     "resolve_instance_type",
     "validate_instance_types",
 ]
+
+
+def instance_type_from_arm(name: str, entry: Mapping[str, Any] | None) -> InstanceType:
+    """An ``InstanceType`` from one ARM ``instanceTypes`` entry of a Kubernetes compute.
+
+    The service writes quantities as strings (GPU too) and absent values as null; both are
+    normalised before the usual validation.
+    """
+    entry = entry or {}
+    resources: dict[str, dict[str, Any]] = {}
+    for section in ("requests", "limits"):
+        values: dict[str, Any] = {}
+        for key, value in ((entry.get("resources") or {}).get(section) or {}).items():
+            if value in (None, ""):
+                continue
+            values[key] = int(value) if key == GPU and str(value).isdigit() else value
+        resources[section] = values
+    spec: dict[str, Any] = {"resources": resources}
+    if entry.get("nodeSelector"):
+        spec["nodeSelector"] = entry["nodeSelector"]
+    (model,) = load_instance_types(
+        {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name.lower()}, "spec": spec}
+    )
+    return model
+
+
+def from_compute_properties(instance_types: Mapping[str, Any] | None) -> list[InstanceType]:
+    """All instance types of a Kubernetes compute's ARM JSON (``properties.properties.instanceTypes``),
+    with the built-in ``defaultinstancetype`` when the compute lists none."""
+    types = [instance_type_from_arm(name, entry) for name, entry in (instance_types or {}).items()]
+    if not any(t.name == DEFAULT_NAME for t in types):
+        types.append(builtin_default_instance_type())
+    return types

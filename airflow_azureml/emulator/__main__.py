@@ -16,6 +16,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for random faults")
     parser.add_argument("--mini-batch-seconds", type=float, default=None, help="simulated time per mini-batch")
     parser.add_argument("--node-startup-seconds", type=float, default=None, help="simulated node start-up time")
+    parser.add_argument(
+        "--kube-cluster",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="write DIR/kubeconfig-NAME.yaml for the Kubernetes cluster NAME (repeatable)",
+    )
     args = parser.parse_args(argv)
     from airflow_azureml.emulator import Timing
 
@@ -30,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     with Emulator(args.data_dir, port=args.port, seed=args.seed, timing=timing) as emulator:
         print(f"Azure ML emulator listening on {emulator.base_url}", flush=True)
         print(f"connection details: {emulator.data_dir / 'emulator.json'}", flush=True)
+        for cluster in args.kube_cluster:
+            print(f"kubeconfig for Kubernetes cluster {cluster}: {emulator.kubeconfig(cluster)}", flush=True)
         stop.wait()
 
 

@@ -25,14 +25,16 @@ class Identity:
     token_lifetime: int = 3600
     issued: dict[str, float] = field(default_factory=dict)  # token -> expiry (epoch seconds)
 
-    def issue(self, client_id: str, scope: str) -> dict[str, Any]:
+    def issue(self, client_id: str, scope: str, lifetime: int | None = None) -> dict[str, Any]:
+        """A bearer token for ``scope``; ``lifetime`` (seconds) overrides ``token_lifetime`` (kubeconfigs)."""
         now = int(time.time())
+        lifetime = self.token_lifetime if lifetime is None else lifetime
         claims = {
             "aud": scope.rsplit("/.default", 1)[0],
             "iss": f"https://sts.emulator/{self.tenant_id}/",
             "iat": now,
             "nbf": now,
-            "exp": now + self.token_lifetime,
+            "exp": now + lifetime,
             "appid": client_id,
             "oid": client_id,
             "tid": self.tenant_id,
@@ -40,11 +42,11 @@ class Identity:
             "jti": secrets.token_hex(8),
         }
         token = f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}.{secrets.token_urlsafe(16)}"
-        self.issued[token] = now + self.token_lifetime
+        self.issued[token] = now + lifetime
         return {
             "token_type": "Bearer",
-            "expires_in": self.token_lifetime,
-            "ext_expires_in": self.token_lifetime,
+            "expires_in": lifetime,
+            "ext_expires_in": lifetime,
             "access_token": token,
         }
 

@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_azureml.emulator.kubernetes import KubeCluster, merge_compute_instance_types
+
 ACTIVE_JOB_STATES = frozenset(
     {"NotStarted", "Starting", "Provisioning", "Preparing", "Queued", "Running", "Finalizing", "CancelRequested"}
 )
@@ -79,6 +81,7 @@ class Compute:
     preempted_node_count: int = 0
     capacity_override: int | None = None  # fault: how many nodes Azure can give right now
     locked: bool = False  # fault: a resource-group lock keeps the cluster at "resizing 0 -> 0"
+    kube: KubeCluster | None = None  # Kubernetes computes: the attached cluster and its InstanceType objects
 
     @property
     def inner(self) -> dict[str, Any]:
@@ -105,9 +108,8 @@ class Compute:
         return self.max_nodes
 
     def instance_types(self) -> dict[str, dict[str, Any]]:
-        types = dict(self.inner.get("instanceTypes") or {})
-        types.setdefault("defaultinstancetype", default_instance_type())
-        return types
+        """ARM ``instanceTypes``: as written, overridden by the cluster's objects, plus the built-in default."""
+        return merge_compute_instance_types(self.inner.get("instanceTypes"), self.kube, default_instance_type())
 
     def to_arm(self, ws_id: str) -> dict[str, Any]:
         props = dict(self.body)

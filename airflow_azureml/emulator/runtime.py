@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_azureml.emulator.kubernetes import KubeCluster
 from airflow_azureml.emulator.models import (
     ACTIVE_JOB_STATES,
     CAPACITY_LOST_MESSAGE,
@@ -30,6 +31,8 @@ from airflow_azureml.emulator.models import (
     utcnow,
 )
 from airflow_azureml.emulator.scoring import ScoringRegistry
+from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.instance_types import DEFAULT_NAME, check_resources_fit, instance_type_from_arm
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,7 @@ class Workspace:
         self.models: dict[str, dict[str, dict[str, Any]]] = {}
         self.scoring = ScoringRegistry()
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
+        self.kube_clusters: dict[str, KubeCluster] = {}  # Kubernetes clusters, attached or not yet
         self._runners: dict[str, asyncio.Task[None]] = {}
         self._node_workers: dict[str, list[asyncio.Task[None]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -110,6 +114,13 @@ class Workspace:
             self.scoring.register(name, scoring_module)
 
     # --------------------------------------------------------------- computes
+    def kube_cluster(self, name: str) -> KubeCluster:
+        """The Kubernetes cluster ``name`` (created on first use: a cluster exists before it is attached)."""
+        cluster = self.kube_clusters.get(name)
+        if cluster is None:
+            cluster = self.kube_clusters[name] = KubeCluster(name=name)
+        return cluster
+
     def put_compute(self, name: str, body: dict[str, Any]) -> tuple[Compute, bool]:
         props = dict(body.get("properties") or {})
         compute_type = props.get("computeType", "AmlCompute")
@@ -135,6 +146,8 @@ class Workspace:
                 name=name, compute_type=compute_type, location=body.get("location") or "eastus", body=props
             )
             self.computes[name] = existing
+            if compute_type == "Kubernetes":  # attach: the cluster's InstanceType objects become the compute's
+                existing.kube = self.kube_cluster(name)
         else:
             existing.body = props
             existing.modified = utcnow()
@@ -193,7 +206,7 @@ class Workspace:
 
     def check_instance_type(self, compute: Compute, instance_type: str | None) -> dict[str, Any]:
         types = compute.instance_types()
-        chosen = instance_type or "defaultinstancetype"
+        chosen = instance_type or DEFAULT_NAME
         lowered = {k.lower(): v for k, v in types.items()}
         if chosen.lower() not in lowered:
             raise EmulatorError(
@@ -285,7 +298,7 @@ class Workspace:
         if compute.compute_type == "Kubernetes":
             resources = props.get("resources") or {}
             itype = self.check_instance_type(compute, resources.get("instanceType"))
-            _check_fits(resources.get("properties") or {}, itype)
+            _check_fits(resources.get("properties") or {}, itype, resources.get("instanceType") or DEFAULT_NAME)
         job = Job(
             name=name,
             job_type=props.get("jobType", "Command"),
@@ -644,33 +657,11 @@ def _output_uri(props: dict[str, Any], job_name: str) -> str:
     return f"azureml://datastores/workspaceblobstore/paths/azureml/{job_name}/score/"
 
 
-_CPU_UNITS = {"m": 0.001}
-_MEM_UNITS = {
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-    "K": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-}
-
-
-def _quantity(value: Any, memory: bool) -> float:
-    text = str(value).strip()
-    units = _MEM_UNITS if memory else _CPU_UNITS
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * units[suffix]
-    return float(text)
-
-
-def _check_fits(resource_props: dict[str, Any], itype: dict[str, Any]) -> None:
-    """Reject a job whose requested resources exceed the instance type's limits, as the service does."""
-    limits = (itype.get("resources") or {}).get("limits") or {}
-    for key, wanted in (resource_props.get("resources") or {}).get("requests", {}).items():
-        if key in limits and limits[key] not in (None, ""):
-            memory = key == "memory"
-            if _quantity(wanted, memory) > _quantity(limits[key], memory):
-                raise EmulatorError(400, "UserError", f"Requested {key}={wanted} exceeds the instance type limit")
+def _check_fits(resource_props: dict[str, Any], itype: dict[str, Any], name: str) -> None:
+    """Reject a job whose ``resources`` do not fit the instance type, with the rules of ``instance_types``."""
+    if not resource_props.get("resources"):
+        return  # the job takes the instance type's own resources
+    try:
+        check_resources_fit(resource_props.get("resources"), instance_type_from_arm(name, itype))
+    except AzureMLConfigError as exc:
+        raise EmulatorError(400, "UserError", str(exc)) from None

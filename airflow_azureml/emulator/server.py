@@ -22,6 +22,15 @@ from aiohttp import web
 from airflow_azureml.emulator.certs import ensure_self_signed_cert
 from airflow_azureml.emulator.faults import FaultPlan, FaultRule
 from airflow_azureml.emulator.identity import Identity, add_identity_routes
+from airflow_azureml.emulator.kubernetes import (
+    KUBECONFIG_TOKEN_LIFETIME,
+    KubernetesRoutes,
+    check_cluster_name,
+    is_kubernetes_path,
+    kubeconfig_document,
+    status_response,
+    write_kubeconfig,
+)
 from airflow_azureml.emulator.models import Job
 from airflow_azureml.emulator.routes import Routes, arm_error
 from airflow_azureml.emulator.runtime import EmulatorError, Timing, Workspace
@@ -68,12 +77,14 @@ class Emulator:
         self.identity = Identity(tenant_id=tenant_id, clients={self.client_id: self.client_secret})
         self.faults = FaultPlan(self.workspace.rng)
         self.request_log: list[dict[str, Any]] = []
+        self.response_hooks: list[tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self.base_url = ""
+        self._kube_tokens: dict[str, str] = {}  # cluster -> long-lived token written into its kubeconfig
 
     # ------------------------------------------------------------- lifecycle
     def _load_or_create_secret(self) -> str:
@@ -143,6 +154,7 @@ class Emulator:
         )
         add_identity_routes(app, self.identity, self.base_url)
         self.routes.add_to(app)
+        KubernetesRoutes(self.workspace, kubeconfig_writer=self._write_kubeconfig).add_to(app)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         await web.SockSite(self._runner, sock, ssl_context=ssl_ctx, backlog=2048).start()
@@ -174,9 +186,17 @@ class Emulator:
         except EmulatorError as exc:
             response = arm_error(exc.status, exc.code, exc.message)
         except web.HTTPException as exc:
-            response = arm_error(exc.status, "NotFound" if exc.status == 404 else "BadRequest", exc.reason)
+            if is_kubernetes_path(request.path):
+                response = status_response(exc.status, exc.reason.replace(" ", ""), exc.reason)
+            else:
+                response = arm_error(exc.status, "NotFound" if exc.status == 404 else "BadRequest", exc.reason)
         entry["status"] = response.status
         entry["ms"] = round((time.monotonic() - started) * 1000, 2)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        entry["peer_port"] = peer[1] if peer else None
+        for predicate, callback in list(self.response_hooks):
+            if predicate(entry):  # runs after this response has been written to the socket
+                asyncio.get_running_loop().call_later(0.05, callback, dict(entry))
         if "Retry-After" in response.headers:
             entry["retry_after"] = response.headers["Retry-After"]
         return response
@@ -193,6 +213,8 @@ class Emulator:
             token = auth[7:] if auth.startswith("Bearer ") else ""
             if not token or not self.identity.valid(token):
                 entry["auth"] = "rejected"
+                if is_kubernetes_path(request.path):
+                    return status_response(401, "Unauthorized", "Unauthorized")
                 return web.json_response(
                     {
                         "error": {
@@ -221,6 +243,10 @@ class Emulator:
                 else:
                     headers = {"Retry-After": _fmt(fault.retry_after)} if fault.retry_after is not None else {}
                     code = "TooManyRequests" if fault.status == 429 else "ServiceUnavailable"
+                    if is_kubernetes_path(request.path):
+                        response = status_response(fault.status, code, f"Injected fault: HTTP {fault.status}")
+                        response.headers.update(headers)
+                        return response
                     return web.json_response(
                         {"error": {"code": code, "message": f"Injected fault: HTTP {fault.status}"}},
                         status=fault.status,
@@ -295,8 +321,18 @@ class Emulator:
         fault = FaultRule.from_dict(rule)
         self.call(lambda: self.faults.add(fault))
 
+    def after_response(
+        self, predicate: Callable[[dict[str, Any]], bool], callback: Callable[[dict[str, Any]], None]
+    ) -> None:
+        """Call ``callback(entry)`` just after a response whose log entry matches ``predicate`` was sent.
+
+        The entry carries ``peer_port``, the client's port, so a test can find the client process.
+        """
+        self.call(lambda: self.response_hooks.append((predicate, callback)))
+
     def clear_faults(self) -> None:
         self.call(self.faults.clear)
+        self.call(self.response_hooks.clear)
 
     def expire_tokens(self) -> int:
         return self.call(self.identity.expire_all)
@@ -315,6 +351,40 @@ class Emulator:
 
     def count_requests(self, method: str | None = None, contains: str = "") -> int:
         return sum(1 for r in self.requests() if (method is None or r["method"] == method) and contains in r["path"])
+
+    def kubeconfig(self, cluster: str) -> Path:
+        """Write ``DIR/kubeconfig-<cluster>.yaml`` for the Kubernetes cluster ``cluster`` and return its path.
+
+        The server is ``<base_url>/k8s/<cluster>`` (cluster ``X`` is the workspace's Kubernetes compute ``X``),
+        TLS is verified against the emulator's ``ca.pem``, and the user has a long-lived bearer token.
+        """
+        return self.call(lambda: self._write_kubeconfig(cluster))
+
+    def _write_kubeconfig(self, cluster: str) -> Path:
+        check_cluster_name(cluster)
+        self.workspace.kube_cluster(cluster)
+        token = self._kube_tokens.get(cluster)
+        if token is None or not self.identity.valid(token):
+            issued = self.identity.issue(
+                self.client_id, "https://kubernetes.emulator/.default", KUBECONFIG_TOKEN_LIFETIME
+            )
+            token = self._kube_tokens[cluster] = issued["access_token"]
+        document = kubeconfig_document(cluster, f"{self.base_url}/k8s/{cluster}", self.ca_cert, token)
+        return write_kubeconfig(self.data_dir / f"kubeconfig-{cluster}.yaml", document)
+
+    def instance_type_objects(self, cluster: str) -> dict[str, dict[str, Any]]:
+        """The ``InstanceType`` objects stored in ``cluster``, by name (copies, as the API returns them)."""
+
+        def read() -> dict[str, dict[str, Any]]:
+            state = self.workspace.kube_clusters.get(cluster)
+            return {} if state is None else {name: state.get(name) for name in state.objects}
+
+        return self.call(read)
+
+    def set_extension_node_selector(self, cluster: str, node_selector: dict[str, str] | None) -> None:
+        """The Azure ML extension's nodeSelector on ``cluster``: instance types must use a subset of it."""
+        selector = dict(node_selector) if node_selector else None
+        self.call(lambda: setattr(self.workspace.kube_cluster(cluster), "extension_node_selector", selector))
 
     def datastore_path(self, uri_or_relative: str) -> Path:
         if "://" in uri_or_relative:

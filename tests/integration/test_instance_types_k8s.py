@@ -1,0 +1,500 @@
+"""Kubernetes instance types end to end: the operator, the official ``kubernetes`` client, the emulator.
+
+Everything goes over real HTTPS with TLS verified against the emulator's CA: the operator reads a
+kubeconfig that ``Emulator.kubeconfig()`` wrote (or an Airflow connection pointing at one), and the
+emulator serves the ``amlarc.azureml.com/v1alpha1`` custom-objects API under ``/k8s/<cluster>``.
+The YAML is Microsoft's own example (see ``tests/unit/test_instance_types.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+import requests
+import yaml
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.instance_types import DEFAULT_NAME, GROUP, PLURAL, VERSION, InstanceType
+from tests.conftest import load_dag, task_states, xcom_value
+from tests.unit.test_instance_types import DOC_LIST_YAML, DOC_SINGLE_YAML
+
+CLUSTER = "k8s-compute"
+DOC_NAMES = ["cpusmall", "defaultinstancetype", "myinstancetypename"]
+WRITES = ("POST", "PATCH", "PUT", "DELETE")
+API = {"api-version": "2024-10-01"}
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def doc_file(tmp_path: Path, text: str = DOC_LIST_YAML + "---\n" + DOC_SINGLE_YAML) -> Path:
+    path = tmp_path / "instance-types.yaml"
+    path.write_text(text)
+    return path
+
+
+def apply(instance_types: Any, **kwargs: Any) -> dict[str, list[str]]:
+    """Run the operator's ``execute`` as Airflow would (it needs no context)."""
+    from airflow.sdk import DAG
+
+    from airflow_azureml.operators import AzureMLApplyInstanceTypesOperator
+
+    with DAG("instance_types_direct", schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC")):
+        op = AzureMLApplyInstanceTypesOperator(task_id="apply", instance_types=instance_types, **kwargs)
+    return op.execute(context={})
+
+
+def with_cpusmall_cpu_limit(cpu: str) -> str:
+    """The document's list with another cpu limit for ``cpusmall`` (its first ``cpu: "1"`` before a GPU line)."""
+    old = 'cpu: "1"\n          nvidia.com/gpu: 0'
+    changed = DOC_LIST_YAML.replace(old, f'cpu: "{cpu}"\n          nvidia.com/gpu: 0', 1)
+    assert changed != DOC_LIST_YAML
+    return changed
+
+
+def k8s_writes(emulator: Emulator, since: int = 0) -> list[tuple[str, str]]:
+    """(method, path) of every write that reached the emulator's Kubernetes API since request number ``since``."""
+    return [
+        (r["method"], r["path"])
+        for r in emulator.requests()[since:]
+        if r["path"].startswith("/k8s/") and r["method"] in WRITES
+    ]
+
+
+def versions(emulator: Emulator, cluster: str = CLUSTER) -> dict[str, str]:
+    return {name: obj["metadata"]["resourceVersion"] for name, obj in emulator.instance_type_objects(cluster).items()}
+
+
+def custom_objects_api(kubeconfig: Path) -> Any:
+    from kubernetes import client, config
+
+    return client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+
+
+def arm(emulator: Emulator, method: str, path: str, **kwargs: Any) -> requests.Response:
+    """An ARM call over HTTPS with a token the emulator's identity endpoint issued."""
+    token = emulator.call(lambda: emulator.identity.issue(emulator.client_id, "https://management.azure.com/.default"))
+    ws = (
+        f"/subscriptions/{emulator.subscription_id}/resourceGroups/{emulator.resource_group}"
+        f"/providers/Microsoft.MachineLearningServices/workspaces/{emulator.workspace_name}"
+    )
+    return requests.request(
+        method,
+        f"{emulator.base_url}{ws}{path}",
+        params=API,
+        headers={"Authorization": f"Bearer {token['access_token']}"},
+        verify=emulator.ca_cert,
+        timeout=30,
+        **kwargs,
+    )
+
+
+def attach_kubernetes_compute(name: str = CLUSTER) -> Any:
+    """Attach the cluster as an Azure ML Kubernetes compute through the real ``MLClient``."""
+    from azure.ai.ml.entities import KubernetesCompute
+
+    from airflow_azureml.hooks import AzureMLHook
+
+    ml = AzureMLHook().get_conn()
+    compute = KubernetesCompute(
+        name=name,
+        resource_id=f"/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-aks"
+        f"/providers/Microsoft.ContainerService/managedClusters/{name}",
+        namespace="azureml",
+    )
+    ml.compute.begin_create_or_update(compute).result()
+    return ml
+
+
+def command_job(
+    emulator: Emulator, name: str, instance_type: str | None, resources: Any = None, compute: str = CLUSTER
+) -> requests.Response:
+    """PUT a command job on a Kubernetes compute (the body the SDK sends, trimmed to what matters here)."""
+    props: dict[str, Any] = {"instanceCount": 1}
+    if instance_type is not None:
+        props["instanceType"] = instance_type
+    if resources is not None:
+        props["properties"] = {"resources": resources}
+    body = {
+        "properties": {
+            "jobType": "Command",
+            "command": "python train.py",
+            "environmentId": "azureml:AzureML-sklearn-1.5@latest",
+            "computeId": f"azureml:{compute}",
+            "resources": props,
+        }
+    }
+    return arm(emulator, "PUT", f"/jobs/{name}", json=body)
+
+
+@pytest.fixture
+def kubeconfig(emulator: Emulator) -> Path:
+    return emulator.kubeconfig(CLUSTER)
+
+
+@pytest.fixture
+def run_case(airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``dag.test()`` of the instance-type DAG with the given operator arguments."""
+    failures = tmp_path / "failures.jsonl"
+    monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
+
+    def run(case: dict[str, Any]) -> tuple[Any, list[dict[str, str]]]:
+        monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps(case))
+        failures.unlink(missing_ok=True)
+        dag_run = load_dag("azureml_instance_type_cases.py").test(logical_date=pendulum.now("UTC"))
+        recorded = [json.loads(line) for line in failures.read_text().splitlines()] if failures.exists() else []
+        return dag_run, recorded
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ tests
+def test_apply_creates_then_changes_nothing_then_patches_one(
+    emulator: Emulator, kubeconfig: Path, tmp_path: Path, run_case
+) -> None:
+    path = doc_file(tmp_path)
+    dag_run, failures = run_case({"instance_types": str(path), "kubeconfig": str(kubeconfig)})
+    assert str(dag_run.state) == "success", (task_states(dag_run), failures)
+    assert xcom_value(dag_run, "apply_instance_types") == {"created": DOC_NAMES, "patched": [], "unchanged": []}
+    objects = emulator.instance_type_objects(CLUSTER)
+    assert sorted(objects) == DOC_NAMES
+    assert objects["myinstancetypename"]["spec"] == {
+        "nodeSelector": {"mylabel": "mylabelvalue"},
+        "resources": {
+            "requests": {"cpu": "700m", "memory": "1500Mi"},
+            "limits": {"cpu": "1", "nvidia.com/gpu": 1, "memory": "2Gi"},
+        },
+    }
+    assert all(o["metadata"]["generation"] == 1 and o["metadata"]["uid"] for o in objects.values())
+    assert [m for m, _ in k8s_writes(emulator)] == ["POST"] * 3
+    before = versions(emulator)
+
+    # the same definitions again: only reads, nothing written, resourceVersions unchanged
+    mark = len(emulator.requests())
+    dag_run, failures = run_case({"instance_types": str(path), "kubeconfig": str(kubeconfig)})
+    assert str(dag_run.state) == "success", (task_states(dag_run), failures)
+    assert xcom_value(dag_run, "apply_instance_types") == {"created": [], "patched": [], "unchanged": DOC_NAMES}
+    assert k8s_writes(emulator, mark) == []
+    assert [r["method"] for r in emulator.requests()[mark:] if r["path"].startswith("/k8s/")] == ["GET"] * 3
+    assert versions(emulator) == before
+
+    # one limit changed: exactly that instance type is patched
+    mark = len(emulator.requests())
+    changed = with_cpusmall_cpu_limit("2")
+    dag_run, failures = run_case(
+        {"instance_types": str(doc_file(tmp_path, changed + "---\n" + DOC_SINGLE_YAML)), "kubeconfig": str(kubeconfig)}
+    )
+    assert str(dag_run.state) == "success", (task_states(dag_run), failures)
+    assert xcom_value(dag_run, "apply_instance_types") == {
+        "created": [],
+        "patched": ["cpusmall"],
+        "unchanged": ["defaultinstancetype", "myinstancetypename"],
+    }
+    assert k8s_writes(emulator, mark) == [
+        ("PATCH", f"/k8s/{CLUSTER}/apis/{GROUP}/{VERSION}/{PLURAL}/cpusmall"),
+    ]
+    after = versions(emulator)
+    assert after["cpusmall"] != before["cpusmall"]
+    assert {k: v for k, v in after.items() if k != "cpusmall"} == {k: v for k, v in before.items() if k != "cpusmall"}
+    cpusmall = emulator.instance_type_objects(CLUSTER)["cpusmall"]
+    assert cpusmall["spec"]["resources"]["limits"] == {"cpu": "2", "nvidia.com/gpu": 0, "memory": "1Gi"}
+    assert cpusmall["metadata"]["generation"] == 2
+
+
+def test_every_input_form_applies_the_same_objects(emulator: Emulator, kubeconfig: Path) -> None:
+    text = DOC_LIST_YAML + "---\n" + DOC_SINGLE_YAML
+    assert apply(text, kubeconfig=str(kubeconfig))["created"] == DOC_NAMES
+    as_dicts = list(yaml.safe_load_all(text))
+    assert apply(as_dicts, kubeconfig=kubeconfig)["unchanged"] == DOC_NAMES
+    from airflow_azureml.instance_types import load_instance_types
+
+    models = load_instance_types(text)
+    assert apply(models, kubeconfig=str(kubeconfig), context=CLUSTER)["unchanged"] == DOC_NAMES
+    assert [m for m, _ in k8s_writes(emulator)] == ["POST"] * 3
+
+
+def test_removed_fields_are_removed_by_the_patch(emulator: Emulator, kubeconfig: Path) -> None:
+    gpu = InstanceType(
+        name="gpu-small",
+        node_selector={"pool": "gpu"},
+        requests={"cpu": "500m", "memory": "1Gi"},
+        limits={"cpu": "2", "nvidia.com/gpu": 1, "memory": "4Gi"},
+    )
+    apply([gpu], kubeconfig=str(kubeconfig))
+    cpu_only = InstanceType(
+        name="gpu-small", requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "2", "memory": "4Gi"}
+    )
+    assert apply([cpu_only], kubeconfig=str(kubeconfig))["patched"] == ["gpu-small"]
+    assert emulator.instance_type_objects(CLUSTER)["gpu-small"]["spec"] == cpu_only.to_custom_object()["spec"]
+    assert apply([cpu_only], kubeconfig=str(kubeconfig))["unchanged"] == ["gpu-small"]
+
+
+def _manifest(name: str = "cpu-small", **resources: Any) -> dict[str, Any]:
+    spec = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    for section, values in resources.items():
+        spec[section] = values
+    header = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InstanceType", "metadata": {"name": name}}
+    return {**header, "spec": {"resources": spec}}
+
+
+@pytest.mark.parametrize(
+    ("instance_types", "fragment"),
+    [
+        ([_manifest(limits={"cpu": "0", "memory": "2Gi"})], "resources.limits.cpu must not be 0"),
+        (
+            [_manifest(requests={"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": 1})],
+            "a GPU count may only be set in limits",
+        ),
+        ([_manifest("twice"), _manifest("twice")], "is defined more than once"),
+        ([_manifest(requests={"cpu": "500m", "memory": ""})], "resources.requests.memory must not be empty"),
+        (DOC_LIST_YAML.replace('memory: "100Mi"', 'memory: "0"'), "resources.requests.memory must not be 0"),
+        (DOC_LIST_YAML.replace('cpu: "100m"', "cpu: 1"), "must be a quoted string"),
+        ("instance-types-that-do-not-exist.yaml", "does not exist"),
+        ([], "No instance types found"),
+    ],
+    ids=[
+        "cpu-zero",
+        "gpu-in-requests",
+        "duplicate-names",
+        "empty-memory",
+        "yaml-zero-memory",
+        "yaml-unquoted-cpu",
+        "missing-file",
+        "none",
+    ],
+)
+def test_invalid_definitions_fail_before_any_request(
+    emulator: Emulator, kubeconfig: Path, instance_types: Any, fragment: str
+) -> None:
+    before = len(emulator.requests())
+    with pytest.raises(AzureMLConfigError, match=fragment):
+        apply(instance_types, kubeconfig=str(kubeconfig))
+    assert len(emulator.requests()) == before, "nothing may reach the cluster"
+
+
+def test_node_selector_must_fit_the_extension_both_offline_and_on_the_server(
+    emulator: Emulator, kubeconfig: Path
+) -> None:
+    before = len(emulator.requests())
+    with pytest.raises(AzureMLConfigError, match="must be a subset"):
+        apply(DOC_SINGLE_YAML, kubeconfig=str(kubeconfig), extension_node_selector={"pool": "cpu"})
+    assert len(emulator.requests()) == before
+
+    # the cluster enforces the same rule when the operator was not told the extension's selector
+    emulator.set_extension_node_selector(CLUSTER, {"pool": "cpu"})
+    with pytest.raises(AzureMLConfigError, match=r"HTTP 422: .*must be a subset"):
+        apply(DOC_SINGLE_YAML, kubeconfig=str(kubeconfig))
+    assert emulator.instance_type_objects(CLUSTER) == {}
+    emulator.set_extension_node_selector(CLUSTER, {"mylabel": "mylabelvalue", "pool": "cpu"})
+    assert apply(DOC_SINGLE_YAML, kubeconfig=str(kubeconfig))["created"] == ["myinstancetypename"]
+
+
+def test_bad_kubeconfig_or_context_fails_before_any_request(
+    emulator: Emulator, kubeconfig: Path, tmp_path: Path
+) -> None:
+    before = len(emulator.requests())
+    with pytest.raises(AzureMLConfigError, match="does not exist"):
+        apply(DOC_SINGLE_YAML, kubeconfig=str(tmp_path / "nope.yaml"))
+    with pytest.raises(AzureMLConfigError, match="Invalid kubeconfig"):
+        apply(DOC_SINGLE_YAML, kubeconfig=str(kubeconfig), context="no-such-context")
+    insecure = yaml.safe_load(kubeconfig.read_text())
+    insecure["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    del insecure["clusters"][0]["cluster"]["certificate-authority"]
+    (tmp_path / "insecure.yaml").write_text(yaml.safe_dump(insecure))
+    with pytest.raises(AzureMLConfigError, match="TLS verification is never turned off"):
+        apply(DOC_SINGLE_YAML, kubeconfig=str(tmp_path / "insecure.yaml"))
+    with pytest.raises(AzureMLConfigError, match="exactly one of"):
+        apply(DOC_SINGLE_YAML)
+    assert len(emulator.requests()) == before
+
+
+def test_applied_types_show_on_the_attached_compute_and_gate_jobs(
+    emulator: Emulator, azureml_conn: dict[str, Any], kubeconfig: Path
+) -> None:
+    # applied before the cluster is attached: the objects are kept and show up on attach
+    apply(DOC_LIST_YAML + "---\n" + DOC_SINGLE_YAML, kubeconfig=str(kubeconfig))
+    ml = attach_kubernetes_compute()
+
+    body = arm(emulator, "GET", f"/computes/{CLUSTER}").json()
+    types = body["properties"]["properties"]["instanceTypes"]
+    assert sorted(types) == DOC_NAMES
+    # the document's own defaultinstancetype overrides the built-in one (requests cpu "100m", memory "2Gi")
+    assert types[DEFAULT_NAME]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+    assert types["myinstancetypename"] == {
+        "nodeSelector": {"mylabel": "mylabelvalue"},
+        "resources": {
+            "requests": {"cpu": "700m", "memory": "1500Mi"},
+            "limits": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"},
+        },
+    }
+    assert body["properties"]["properties"]["defaultInstanceType"] == DEFAULT_NAME
+    sdk_view = ml.compute.get(CLUSTER)
+    assert sdk_view.type == "kubernetes" and sdk_view.namespace == "azureml"
+    assert sorted(sdk_view.properties["instanceTypes"]) == DOC_NAMES
+
+    # the workspace schedules with them: known type ok, unknown refused, over-limit refused
+    assert command_job(emulator, "job-ok", "cpusmall").status_code == 201
+    assert command_job(emulator, "job-default", None).status_code == 201
+    unknown = command_job(emulator, "job-unknown", "gpularge")
+    assert unknown.status_code == 400 and "'gpularge' is not defined" in unknown.json()["error"]["message"]
+    too_big = command_job(
+        emulator, "job-too-big", "cpusmall", {"requests": {"cpu": "2", "memory": "512Mi"}}
+    )  # cpusmall's cpu limit is "1"
+    assert too_big.status_code == 400 and "exceeds the limit of instance type 'cpusmall'" in too_big.text
+    fits = command_job(emulator, "job-fits", "cpusmall", {"requests": {"cpu": "500m", "memory": "512Mi"}})
+    assert fits.status_code == 201, fits.text
+
+    # applied after attach: visible at once, and the new limit is what jobs are checked against
+    bigger = with_cpusmall_cpu_limit("4")
+    assert apply(bigger, kubeconfig=str(kubeconfig))["patched"] == ["cpusmall"]
+    types = arm(emulator, "GET", f"/computes/{CLUSTER}").json()["properties"]["properties"]["instanceTypes"]
+    assert types["cpusmall"]["resources"]["limits"]["cpu"] == "4"
+    assert command_job(emulator, "job-now-fits", "cpusmall", {"requests": {"cpu": "2", "memory": "512Mi"}}).ok
+
+
+def test_attached_compute_without_objects_has_the_builtin_default(
+    emulator: Emulator, azureml_conn: dict[str, Any]
+) -> None:
+    attach_kubernetes_compute("bare-k8s")
+    types = arm(emulator, "GET", "/computes/bare-k8s").json()["properties"]["properties"]["instanceTypes"]
+    assert list(types) == [DEFAULT_NAME]
+    assert types[DEFAULT_NAME]["resources"]["requests"] == {"cpu": "100m", "memory": "2Gi"}
+    too_big = command_job(emulator, "too-big", None, {"requests": {"cpu": "4", "memory": "1Gi"}}, compute="bare-k8s")
+    assert too_big.status_code == 400 and "exceeds the limit of instance type 'defaultinstancetype'" in too_big.text
+    assert emulator.instance_type_objects("bare-k8s") == {}
+
+
+def test_kubernetes_connection_with_kube_config_path(
+    emulator: Emulator, kubeconfig: Path, tmp_path: Path, run_case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_K8S_EMULATOR",
+        json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "cluster_context": CLUSTER}}
+        ),
+    )
+    dag_run, failures = run_case({"instance_types": str(doc_file(tmp_path)), "kubernetes_conn_id": "k8s_emulator"})
+    assert str(dag_run.state) == "success", (task_states(dag_run), failures)
+    assert xcom_value(dag_run, "apply_instance_types")["created"] == DOC_NAMES
+    assert sorted(emulator.instance_type_objects(CLUSTER)) == DOC_NAMES
+
+    # the kubeconfig content itself in the connection (JSON string), as the cncf.kubernetes provider allows
+    content = json.dumps(yaml.safe_load(kubeconfig.read_text()))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_K8S_INLINE", json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": content}})
+    )
+    assert apply(DOC_SINGLE_YAML, kubernetes_conn_id="k8s_inline") == {
+        "created": [],
+        "patched": [],
+        "unchanged": ["myinstancetypename"],
+    }
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_K8S_NO_VERIFY",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": content, "disable_verify_ssl": True}}),
+    )
+    with pytest.raises(AzureMLConfigError, match="disable_verify_ssl"):
+        apply(DOC_SINGLE_YAML, kubernetes_conn_id="k8s_no_verify")
+
+
+def test_invalid_definition_fails_the_task_in_airflow(emulator: Emulator, kubeconfig: Path, run_case) -> None:
+    before = len(emulator.requests())
+    bad = DOC_SINGLE_YAML.replace("    requests:\n", "    requests:\n      nvidia.com/gpu: 1\n")
+    dag_run, failures = run_case({"instance_types": bad, "kubeconfig": str(kubeconfig)})
+    assert str(dag_run.state) == "failed"
+    assert [f["type"] for f in failures] == ["AzureMLConfigError"]
+    assert "may only be set in limits" in failures[0]["message"]
+    assert len(emulator.requests()) == before
+
+
+# ---------------------------------------------------------------------- the emulator's Kubernetes API itself
+def test_custom_objects_api_semantics(emulator: Emulator, kubeconfig: Path) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    api = custom_objects_api(kubeconfig)
+    body = _manifest("api-check")
+    created = api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    meta = created["metadata"]
+    assert created["apiVersion"] == f"{GROUP}/{VERSION}" and created["kind"] == "InstanceType"
+    assert {"name", "uid", "resourceVersion", "creationTimestamp", "generation"} <= set(meta)
+
+    with pytest.raises(ApiException) as err:
+        api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "AlreadyExists"
+    with pytest.raises(ApiException) as err:
+        api.get_cluster_custom_object(GROUP, VERSION, PLURAL, "absent")
+    status = json.loads(err.value.body)
+    assert (err.value.status, status["kind"], status["reason"]) == (404, "Status", "NotFound")
+    with pytest.raises(ApiException) as err:
+        api.create_cluster_custom_object(GROUP, VERSION, PLURAL, _manifest("bad", limits={"cpu": "0", "memory": "1Gi"}))
+    assert err.value.status == 422 and "resources.limits.cpu must not be 0" in json.loads(err.value.body)["message"]
+
+    # a merge patch that changes nothing keeps the resourceVersion; a real change bumps it and the generation
+    same = api.patch_cluster_custom_object(GROUP, VERSION, PLURAL, "api-check", {"spec": body["spec"]})
+    assert same["metadata"]["resourceVersion"] == meta["resourceVersion"]
+    patched = api.patch_cluster_custom_object(
+        GROUP, VERSION, PLURAL, "api-check", {"spec": {"resources": {"limits": {"cpu": "2"}}}}
+    )
+    assert patched["metadata"]["resourceVersion"] != meta["resourceVersion"]
+    assert patched["metadata"]["generation"] == 2
+    json_patched = api.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        PLURAL,
+        "api-check",
+        [{"op": "replace", "path": "/spec/resources/limits/memory", "value": "4Gi"}],
+        _content_type="application/json-patch+json",
+    )
+    assert json_patched["spec"]["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+
+    # replace needs the current resourceVersion (optimistic concurrency)
+    stale = copy.deepcopy(created)
+    stale["spec"]["resources"]["limits"]["cpu"] = "3"
+    with pytest.raises(ApiException) as err:
+        api.replace_cluster_custom_object(GROUP, VERSION, PLURAL, "api-check", stale)
+    assert err.value.status == 409
+    fresh = api.get_cluster_custom_object(GROUP, VERSION, PLURAL, "api-check")
+    fresh["spec"]["resources"]["limits"]["cpu"] = "3"
+    replaced = api.replace_cluster_custom_object(GROUP, VERSION, PLURAL, "api-check", fresh)
+    assert replaced["spec"]["resources"]["limits"]["cpu"] == "3"
+
+    listed = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    assert listed["kind"] == "InstanceTypeList" and [i["metadata"]["name"] for i in listed["items"]] == ["api-check"]
+    api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "api-check")
+    assert api.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"] == []
+
+
+def test_kubernetes_api_requires_the_token_and_serves_discovery(emulator: Emulator, kubeconfig: Path) -> None:
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    assert client.VersionApi(api_client).get_code().git_version.startswith("v1.")
+    groups = client.ApisApi(api_client).get_api_versions()
+    assert [g.name for g in groups.groups] == [GROUP]
+    resources = client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
+    assert [(r.name, r.namespaced, r.kind) for r in resources.resources] == [(PLURAL, False, "InstanceType")]
+
+    url = f"{emulator.base_url}/k8s/{CLUSTER}/apis/{GROUP}/{VERSION}/{PLURAL}"
+    anonymous = requests.get(url, verify=emulator.ca_cert, timeout=10)
+    assert anonymous.status_code == 401 and anonymous.json()["kind"] == "Status"
+    config_doc = yaml.safe_load(kubeconfig.read_text())
+    assert config_doc["current-context"] == CLUSTER
+    assert config_doc["clusters"][0]["cluster"] == {
+        "server": f"{emulator.base_url}/k8s/{CLUSTER}",
+        "certificate-authority": emulator.ca_cert,
+    }
+
+
+def test_importing_the_operator_imports_neither_kubernetes_nor_the_sdk() -> None:
+    code = (
+        "import sys\n"
+        "import airflow_azureml.operators.kubernetes\n"
+        "print('HEAVY=' + ','.join(m for m in ('kubernetes', 'azure.ai.ml') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY=\n" in result.stdout, result.stdout[-2000:]
