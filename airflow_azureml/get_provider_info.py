@@ -26,7 +26,12 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Azure Machine Learning",
-                "python-modules": ["airflow_azureml.operators.compute", "airflow_azureml.operators.batch"],
+                "python-modules": [
+                    "airflow_azureml.operators.compute",
+                    "airflow_azureml.operators.batch",
+                    "airflow_azureml.operators.jobs",
+                    "airflow_azureml.operators.kubernetes",
+                ],
             }
         ],
         "sensors": [{"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.sensors.job"]}],

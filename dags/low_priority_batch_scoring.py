@@ -19,15 +19,13 @@ reachable through fsspec, e.g. ``abfs://container@account.dfs.core.windows.net``
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+import example_partitions
 import pendulum
-from airflow.sdk import DAG, ObjectStoragePath, Param, task
+from airflow.sdk import DAG, Param, task
 
 from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
@@ -40,25 +38,11 @@ CONFIG = Path(__file__).parent / "azureml"
 CLUSTER = "low-pri-cluster"
 ENDPOINT = "heart-classifier-batch"
 DEPLOYMENT = "classifier-xgboost"
-DATASTORE = "workspaceblobstore"
-DATASTORE_ROOT = os.environ.get("AZUREML_DATASTORE_ROOT", "file:///tmp/azureml-datastore/workspaceblobstore")
+PREFIX = "scoring"
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
 # Waiting in the triggerer frees the worker slot for the hours a batch job can take.
 DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
-HEADER = ["row_id", "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak"]
-
-
-def interval_path(start: pendulum.DateTime) -> str:
-    return start.strftime("%Y%m%dT%H%M")
-
-
-def datastore_uri(relative: str) -> str:
-    return f"azureml://datastores/{DATASTORE}/paths/{relative.strip('/')}/"
-
-
-def storage(relative: str) -> ObjectStoragePath:
-    return ObjectStoragePath(f"{DATASTORE_ROOT.rstrip('/')}/{relative.strip('/')}")
 
 
 with DAG(
@@ -72,6 +56,8 @@ with DAG(
         "partitions": Param(4, type="integer", minimum=1, maximum=64),
         "files_per_partition": Param(6, type="integer", minimum=1),
         "rows_per_file": Param(25, type="integer", minimum=1),
+        # Give up on a job that waits this long for spot capacity (it is cancelled on the last try).
+        "max_queue_seconds": Param(6 * 3600, type="number", exclusiveMinimum=0),
     },
     tags=["azureml", "low-priority", "example"],
     doc_md=__doc__,
@@ -85,52 +71,20 @@ with DAG(
 
     @task
     def extract(params: dict[str, Any], data_interval_start: pendulum.DateTime) -> list[dict[str, Any]]:
-        """Write the interval's records as partition folders; idempotent, a marker file marks a finished one."""
-        from airflow_azureml.emulator.scoring.data import heart_rows
-
-        interval = interval_path(data_interval_start)
-        seed = int(data_interval_start.timestamp())
-        partitions = []
-        for k in range(params["partitions"]):
-            folder = f"scoring/input/{interval}/part-{k:03d}"
-            rows = params["files_per_partition"] * params["rows_per_file"]
-            if not (storage(folder) / "_SUCCESS").exists():
-                storage(folder).mkdir(parents=True, exist_ok=True)
-                for f in range(params["files_per_partition"]):
-                    buffer = io.StringIO()
-                    writer = csv.writer(buffer)
-                    writer.writerow(HEADER)
-                    writer.writerows(
-                        heart_rows(
-                            params["rows_per_file"],
-                            seed=seed + 1000 * k + f,
-                            id_prefix=f"{interval}-{k:03d}-",
-                            start=f * params["rows_per_file"],
-                        )
-                    )
-                    (storage(folder) / f"records-{f:03d}.csv").write_text(buffer.getvalue())
-                (storage(folder) / "_SUCCESS").write_text(str(rows))
-            partitions.append(
-                {"partition": k, "input": folder, "output": f"scoring/output/{interval}/part-{k:03d}", "rows": rows}
-            )
-        return partitions
+        """Write the interval's records as partition folders on the datastore (idempotent)."""
+        return example_partitions.write_partitions(
+            PREFIX,
+            example_partitions.interval_key(data_interval_start),
+            int(data_interval_start.timestamp()),
+            params["partitions"],
+            params["files_per_partition"],
+            params["rows_per_file"],
+        )
 
     @task
     def plan(partitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The checkpoint: only partitions without predictions for this interval are scored."""
-        pending = []
-        for p in partitions:
-            if (storage(p["output"]) / "predictions.csv").exists():
-                print(f"partition {p['partition']}: predictions exist, skipping without a job")
-                continue
-            pending.append(
-                {
-                    "inputs": {"heart_dataset": datastore_uri(p["input"])},
-                    "outputs": {"score": datastore_uri(p["output"])},
-                    "job_identity": f"{p['input']}",
-                }
-            )
-        return pending
+        return example_partitions.pending(partitions)
 
     score = AzureMLInvokeBatchEndpointOperator.partial(
         task_id="score_partition",
@@ -140,6 +94,7 @@ with DAG(
         resubmit_backoff=RESUBMIT_BACKOFF,
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        max_queue_time="{{ params.max_queue_seconds }}",
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(plan(extracted := extract()))
 
@@ -148,41 +103,9 @@ with DAG(
         partitions: list[dict[str, Any]], results: list[dict[str, Any]] | None, data_interval_start: pendulum.DateTime
     ) -> dict[str, Any]:
         """Rows in must equal rows scored, each row exactly once, in every partition."""
-        rows_in = rows_scored = 0
-        problems = []
-        for p in partitions:
-            inputs = set()
-            for path in sorted(storage(p["input"]).glob("*.csv")):
-                inputs |= {r["row_id"] for r in csv.DictReader(io.StringIO(path.read_text()))}
-            scored = [
-                line.split(",")[1] for line in (storage(p["output"]) / "predictions.csv").read_text().splitlines()
-            ]
-            rows_in += len(inputs)
-            rows_scored += len(scored)
-            if len(scored) != len(set(scored)) or set(scored) != inputs:
-                problems.append(
-                    f"partition {p['partition']}: {len(inputs)} in, {len(scored)} scored "
-                    f"({len(scored) - len(set(scored))} duplicated, {len(inputs - set(scored))} missing)"
-                )
-        results = [r for r in (results or []) if r]
-        summary = {
-            "interval": interval_path(data_interval_start),
-            "partitions": len(partitions),
-            "partitions_scored_this_run": len(results),
-            "jobs": sorted({name for r in results for name in r["job_names"]}),
-            "resubmissions": sum(r["resubmits"] for r in results),
-            "preemptions": sum(r["preemptions"] for r in results),
-            "rows_in": rows_in,
-            "rows_scored": rows_scored,
-            "predictions": [str(storage(p["output"]) / "predictions.csv") for p in partitions],
-        }
-        report_folder = storage(f"scoring/reports/{summary['interval']}")
-        report_folder.mkdir(parents=True, exist_ok=True)
-        (report_folder / "report.json").write_text(json.dumps(summary, indent=2))
-        print(json.dumps(summary, indent=2))
-        if problems:
-            raise ValueError("exactly-once check failed: " + "; ".join(problems))
-        return summary
+        return example_partitions.report(
+            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results
+        )
 
     delete_cluster = AzureMLDeleteComputeOperator(task_id="delete_cluster", name=CLUSTER)
 

@@ -37,6 +37,8 @@ os.environ.update(
 for source in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "dags").glob("*.py")]:
     shutil.copy(source, DAGS_FOLDER / source.name)
 shutil.copytree(REPO / "dags" / "azureml", DAGS_FOLDER / "azureml")
+shutil.copy(REPO / "dags" / ".airflowignore", DAGS_FOLDER / ".airflowignore")
+sys.path.insert(0, str(DAGS_FOLDER))  # as Airflow does for DAG files: shared modules next to them import
 
 from airflow_azureml.emulator import Emulator, Timing  # noqa: E402
 

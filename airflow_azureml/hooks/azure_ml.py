@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from azure.core.credentials_async import AsyncTokenCredential
 
     from airflow_azureml.hooks.rest import AsyncRestClient, RestClient
+    from airflow_azureml.instance_types import InstanceType
 
 KNOWN_CLOUDS: dict[str, dict[str, str]] = {
     "AzureCloud": {
@@ -298,6 +299,32 @@ class AzureMLHook(BaseHook):
         if not name:
             return None
         return ComputeFacts.from_rest(self._with_transient_retries(lambda: self.rest().get_compute(name)))
+
+    def kubernetes_instance_types(self, compute: str) -> list[InstanceType] | None:
+        """The instance types of a Kubernetes compute (one ARM read), or None for other compute types."""
+        from airflow_azureml.instance_types import from_compute_properties
+
+        arm = self._with_transient_retries(lambda: self.rest().get_compute(compute))
+        if arm is None:
+            raise AzureMLConfigError(
+                f"Compute {compute!r} does not exist in workspace {self.settings.workspace_name!r}."
+            )
+        props = arm.get("properties") or {}
+        if props.get("computeType") != "Kubernetes":
+            return None
+        return from_compute_properties((props.get("properties") or {}).get("instanceTypes"))
+
+    def submit_command_job(self, job: Any) -> str:
+        """Create a command job (an ``azure.ai.ml`` ``Command``) under its own, caller-chosen name."""
+        from azure.core.exceptions import HttpResponseError
+
+        try:
+            return str(self.get_conn().jobs.create_or_update(job).name)
+        except HttpResponseError as exc:
+            if exc.status_code == 409 and self.job_snapshot(job.name) is not None:
+                self.log.info("Job %s already exists (submitted by an earlier attempt); attaching.", job.name)
+                return str(job.name)
+            raise AzureMLError(f"Submitting job {job.name!r} failed: {scrub(str(exc))}") from None
 
     def cancel_job(self, name: str) -> None:
         from airflow_azureml.hooks.rest import ResourceNotFound

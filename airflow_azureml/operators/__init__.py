@@ -5,13 +5,19 @@ from airflow_azureml.operators.batch import (
     AzureMLInvokeBatchEndpointOperator,
 )
 from airflow_azureml.operators.compute import (
+    AzureMLAttachKubernetesComputeOperator,
     AzureMLCreateComputeClusterOperator,
     AzureMLDeleteComputeOperator,
 )
+from airflow_azureml.operators.jobs import AzureMLSubmitCommandJobOperator
+from airflow_azureml.operators.kubernetes import AzureMLApplyInstanceTypesOperator
 
 __all__ = [
+    "AzureMLApplyInstanceTypesOperator",
+    "AzureMLAttachKubernetesComputeOperator",
     "AzureMLCreateBatchDeploymentOperator",
     "AzureMLCreateComputeClusterOperator",
     "AzureMLDeleteComputeOperator",
     "AzureMLInvokeBatchEndpointOperator",
+    "AzureMLSubmitCommandJobOperator",
 ]

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from airflow.sdk import conf
-
 from airflow_azureml import naming
-from airflow_azureml.exceptions import (
-    AzureMLConfigError,
-    AzureMLError,
-    AzureMLJobPreemptedError,
-    AzureMLJobQueueTimeoutError,
-)
-from airflow_azureml.links.studio import AzureMLStudioJobLink
+from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.operators.base import AzureMLBaseOperator
-from airflow_azureml.outcomes import Classification, JobSnapshot, Outcome, classify, exception_for
+from airflow_azureml.operators.job_base import AzureMLJobOperatorBase
 from airflow_azureml.redaction import scrub
 from airflow_azureml.specs import (
     DeploymentSpec,
-    check_compute_name,
     check_data_uri,
     check_deployment_name,
     check_endpoint_name,
     short_name,
 )
-from airflow_azureml.triggers.job import AzureMLJobTrigger
-
-MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
-BASELINE_XCOM = "azureml_preempted_baseline"  # the cluster's preempted-node count at submission
 
 
 class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
@@ -62,9 +47,11 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         retry_timeout: int | None = None,
         endpoint_description: str | None = None,
         set_default: bool = True,
+        instance_types: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.instance_types = instance_types
         self.endpoint_name = endpoint_name
         self.name = name
         self.deployment = deployment
@@ -98,8 +85,28 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
             retry_timeout=self.retry_timeout,
         )
 
+    def check_kubernetes(self, spec: DeploymentSpec) -> None:
+        """On Kubernetes compute the instance type must exist, and MLflow models need 2 CPU / 4 GB.
+
+        Uses ``instance_types`` when given (no API call), else one read of the compute; always before any write.
+        """
+        from airflow_azureml.instance_types import check_mlflow_minimum, load_instance_types, resolve_instance_type
+
+        if self.instance_types is not None:
+            types = load_instance_types(self.instance_types)
+        else:
+            types = self.hook.kubernetes_instance_types(short_name(spec.compute))
+        if types is None:
+            if spec.instance_type:
+                raise AzureMLConfigError(f"instance_type applies to Kubernetes compute only; {spec.compute!r} is not.")
+            return
+        chosen = resolve_instance_type(types, spec.instance_type)
+        if spec.code_configuration is None:  # no scoring script: an MLflow model deployment
+            check_mlflow_minimum(chosen)
+
     def execute(self, context: Any) -> dict[str, Any]:
         spec = self.build_spec()  # validates before any API call
+        self.check_kubernetes(spec)
         from azure.ai.ml.entities import BatchEndpoint
         from azure.core.exceptions import ResourceNotFoundError
 
@@ -157,33 +164,11 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         return entity
 
 
-@dataclass
-class ResubmissionState:
-    """Where one unit of work stands: its job chain, preemptions so far, and the job being watched."""
-
-    key: str
-    job_names: list[str] = field(default_factory=list)
-    preemptions: int = 0
-    preempted_baseline: int | None = None
-    canceled_by_airflow: bool = False
-
-    @property
-    def current(self) -> str | None:
-        return self.job_names[-1] if self.job_names else None
-
-    @property
-    def resubmits(self) -> int:
-        return max(0, len(self.job_names) - 1)
-
-
-class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
+class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     """Invoke a batch endpoint for one unit of work and wait for the job; resubmit preempted jobs.
 
-    Exactly once: the job name is derived from ``job_identity`` (default: dag, task, run, map
-    index) plus a resubmission number. Before submitting, the chain of earlier names is looked
-    up, so a retry attaches to a running job, returns a completed one, and never pays twice.
-
-    Outcomes (see ``airflow_azureml.outcomes.classify``):
+    Exactly once and preemption handling come from ``AzureMLJobOperatorBase``. Outcomes
+    (``airflow_azureml.outcomes.classify``):
     - Completed: returns job names, output URI, resubmission and preemption counts.
     - Preempted (Canceled for lost capacity, or Failed with PreemptionError): resubmitted with
       back-off up to ``max_resubmits`` times, on ``fallback_compute`` after ``fallback_after``
@@ -200,9 +185,9 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
         "output_file_name",
         "job_identity",
         "experiment_name",
+        "max_queue_time",
     )
     template_fields_renderers = {"inputs": "json", "outputs": "json"}
-    operator_extra_links = (AzureMLStudioJobLink(),)
 
     def __init__(
         self,
@@ -214,13 +199,6 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
         output_file_name: str | None = None,
         mini_batch_size: int | None = None,
         instance_count: int | None = None,
-        max_resubmits: int = 3,
-        resubmit_backoff: float = 30.0,
-        fallback_compute: str | None = None,
-        fallback_after: int | None = None,
-        job_identity: str | None = None,
-        experiment_name: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -231,18 +209,9 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
         self.output_file_name = output_file_name
         self.mini_batch_size = mini_batch_size
         self.instance_count = instance_count
-        self.max_resubmits = max_resubmits
-        self.resubmit_backoff = resubmit_backoff
-        self.fallback_compute = fallback_compute
-        self.fallback_after = fallback_after
-        self.job_identity = job_identity
-        self.experiment_name = experiment_name
-        self.deferrable = deferrable
-        self._state: ResubmissionState | None = None
 
-    # ------------------------------------------------------------- validation
     def validate(self) -> None:
-        """Everything we can check without Azure. Runs before any API call."""
+        super().validate()
         check_endpoint_name(self.endpoint_name)
         if self.deployment_name:
             check_deployment_name(self.deployment_name)
@@ -258,113 +227,8 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
             value = getattr(self, label)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise AzureMLConfigError(f"{label} must be a positive integer, got {value!r}.")
-        if self.max_resubmits < 0:
-            raise AzureMLConfigError("max_resubmits must be >= 0.")
-        if self.fallback_compute is not None:
-            check_compute_name(short_name(self.fallback_compute))
-            if self.fallback_after is None or self.fallback_after < 1:
-                raise AzureMLConfigError(
-                    "fallback_compute needs fallback_after >= 1 (preemptions before falling back)."
-                )
 
-    # --------------------------------------------------------------- identity
-    def _unit_key(self, context: Any) -> str:
-        ti = context["ti"]
-        if self.job_identity:
-            return naming.work_key(self.dag_id, self.task_id, self.job_identity)
-        return naming.work_key(self.dag_id, self.task_id, context["run_id"], getattr(ti, "map_index", -1))
-
-    def _name(self, state: ResubmissionState, n: int) -> str:
-        return naming.job_name(self.dag_id, self.task_id, state.key, n)
-
-    # -------------------------------------------------------------- execution
-    def execute(self, context: Any) -> dict[str, Any]:
-        self.validate()
-        state = ResubmissionState(key=self._unit_key(context))
-        self._state = state
-        snapshot = self._discover(state)
-        if snapshot is None or not self._is_reusable(snapshot):
-            snapshot = None
-            self._submit(context, state)
-        else:
-            self.log.info("Found job %s from an earlier attempt (%s); attaching.", snapshot.name, snapshot.status)
-            AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(snapshot.name))
-        return self._wait(context, state, snapshot)
-
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        """Back from the triggerer. The resubmission state is rebuilt from the job-name chain."""
-        state = ResubmissionState(key=self._unit_key(context))
-        self._state = state
-        self._discover(state)
-        state.preempted_baseline = self._load_baseline(context, event.get("job_name"))
-        if event["status"] == "queue_timeout":
-            self.hook.cancel_job(event["job_name"])  # do not pay for it once capacity shows up
-            raise AzureMLJobQueueTimeoutError(event["message"] + "; cancelled it.", job_name=event["job_name"])
-        if event["status"] != "terminal":
-            raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
-        return self._wait(context, state, JobSnapshot.from_dict(event["job"]))
-
-    def _wait(self, context: Any, state: ResubmissionState, snapshot: JobSnapshot | None) -> dict[str, Any]:
-        """Wait (polling here, or deferring) until the unit of work succeeds or fails for good."""
-        while True:
-            if snapshot is None or not snapshot.terminal:
-                if self.deferrable:
-                    snapshot = self.hook.job_snapshot(state.current or "")  # check before deferring
-                    if snapshot is None or not snapshot.terminal:
-                        self.defer(
-                            trigger=AzureMLJobTrigger(
-                                job_name=state.current or "",
-                                azure_ml_conn_id=self.azure_ml_conn_id,
-                                polling=self.polling,
-                            ),
-                            method_name="execute_complete",
-                            timeout=self.execution_timeout,
-                        )
-                else:
-                    snapshot = self.hook.wait_for_job(state.current or "", self.polling, self._log_status)
-            result = self._handle_terminal(context, state, snapshot)
-            if result is not None:
-                return result
-            snapshot = None  # a resubmission happened; wait for the new job
-
-    @staticmethod
-    def _load_baseline(context: Any, job_name: str | None) -> int | None:
-        ti = context["ti"]
-        stored = ti.xcom_pull(task_ids=ti.task_id, key=BASELINE_XCOM, map_indexes=ti.map_index)
-        if isinstance(stored, dict) and stored.get("job") == job_name:
-            return stored.get("preempted_node_count")
-        return None
-
-    def _discover(self, state: ResubmissionState) -> JobSnapshot | None:
-        """Walk the deterministic chain ``-r0, -r1, ...``; return the newest job's snapshot.
-
-        Earlier jobs of the chain that were preempted count against ``max_resubmits``.
-        """
-        chain: list[JobSnapshot] = []
-        for n in range(MAX_CHAIN):
-            snapshot = self.hook.job_snapshot(self._name(state, n))
-            if snapshot is None:
-                break
-            state.job_names.append(snapshot.name)
-            chain.append(snapshot)
-        state.preemptions = sum(1 for s in chain[:-1] if classify(s).outcome is Outcome.PREEMPTED)
-        return chain[-1] if chain else None
-
-    @staticmethod
-    def _is_reusable(snapshot: JobSnapshot) -> bool:
-        """Running, completed or preempted jobs continue the chain; a job that failed or was cancelled
-        in an earlier Airflow try is replaced (the retry is the user's or the retry policy's decision)."""
-        if not snapshot.terminal:
-            return True
-        return classify(snapshot).outcome in (Outcome.SUCCEEDED, Outcome.PREEMPTED)
-
-    def _submit(self, context: Any, state: ResubmissionState) -> str:
-        n = len(state.job_names)
-        name = self._name(state, n)
-        compute = self._target_compute(state)
-        facts = self.hook.compute_facts(compute or self._deployment_compute())
-        state.preempted_baseline = facts.preempted_node_count if facts else None
-        self.log.info("Submitting batch job %s to %s (resubmission %d).", name, self.endpoint_name, n)
+    def submit_job(self, context: Any, name: str, compute: str | None) -> None:
         self.hook.invoke_batch_endpoint(
             endpoint_name=self.endpoint_name,
             deployment_name=self.deployment_name,
@@ -377,19 +241,8 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
             output_file_name=self.output_file_name,
             compute=compute,
         )
-        state.job_names.append(name)
-        AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
-        context["ti"].xcom_push(
-            key=BASELINE_XCOM, value={"job": name, "preempted_node_count": state.preempted_baseline}
-        )
-        return name
 
-    def _target_compute(self, state: ResubmissionState) -> str | None:
-        if self.fallback_compute and self.fallback_after and state.preemptions >= self.fallback_after:
-            return self.fallback_compute
-        return None
-
-    def _deployment_compute(self) -> str | None:
+    def default_compute(self) -> str | None:
         try:
             ml = self.hook.get_conn()
             name = self.deployment_name
@@ -399,68 +252,3 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLBaseOperator):
         except Exception as exc:  # only used as evidence for classification
             self.log.debug("Could not read the deployment's compute: %s", scrub(str(exc)))
             return None
-
-    def _classify(self, state: ResubmissionState, snapshot: JobSnapshot) -> Classification:
-        facts = self.hook.compute_facts(snapshot.compute) if snapshot.status == "Canceled" else None
-        return classify(
-            snapshot,
-            compute=facts,
-            preempted_baseline=state.preempted_baseline,
-            canceled_by_airflow=state.canceled_by_airflow,
-        )
-
-    def _handle_terminal(self, context: Any, state: ResubmissionState, snapshot: JobSnapshot) -> dict[str, Any] | None:
-        """Turn a terminal job into a result, an exception, or a resubmission (returns None)."""
-        verdict = self._classify(state, snapshot)
-        if verdict.outcome is Outcome.SUCCEEDED:
-            result = {
-                "job_name": snapshot.name,
-                "job_names": list(state.job_names),
-                "status": snapshot.status,
-                "output_uri": snapshot.output_uri,
-                "resubmits": state.resubmits,
-                "preemptions": state.preemptions,
-            }
-            self.log.info("Job %s completed: %s", snapshot.name, result)
-            return result
-        if verdict.outcome in (Outcome.FAILED, Outcome.USER_CANCELED):
-            raise exception_for(snapshot, verdict)
-        state.preemptions += 1
-        if state.preemptions > self.max_resubmits:
-            raise AzureMLJobPreemptedError(
-                f"Job {snapshot.name} was preempted ({verdict.reason}); {state.preemptions} preemption(s), "
-                f"resubmission budget max_resubmits={self.max_resubmits} spent.",
-                job_name=snapshot.name,
-                status=snapshot.status,
-            )
-        delay = min(600.0, self.resubmit_backoff * (2 ** (state.preemptions - 1)))
-        old = snapshot.name
-        self.log.warning(
-            "Preemption %d of job %s (%s). Resubmitting in %.1fs.", state.preemptions, old, verdict.reason, delay
-        )
-        time.sleep(delay)
-        new = self._submit(context, state)
-        self.log.warning(
-            "Resubmitted preempted job: reason=%r old=%s new=%s resubmission=%d/%d",
-            verdict.reason,
-            old,
-            new,
-            state.resubmits,
-            self.max_resubmits,
-        )
-        return None
-
-    def _log_status(self, snapshot: JobSnapshot) -> None:
-        self.log.info("Job %s is %s.", snapshot.name, snapshot.status)
-
-    def on_kill(self) -> None:
-        """The task was killed (marked failed, cleared, timed out): cancel the job we started."""
-        state = self._state
-        if state is None or state.current is None:
-            return
-        state.canceled_by_airflow = True
-        self.log.warning("Task killed; cancelling Azure ML job %s.", state.current)
-        try:
-            self.hook.cancel_job(state.current)
-        except Exception as exc:
-            self.log.error("Could not cancel job %s: %s", state.current, scrub(str(exc)))

@@ -186,3 +186,47 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
             poller.result()
         self.log.info("Deleted compute %s.", self.name)
         return True
+
+
+class AzureMLAttachKubernetesComputeOperator(AzureMLBaseOperator):
+    """Attach an AKS/Arc Kubernetes cluster (with the Azure ML extension) as a compute target, idempotently.
+
+    ``resource_id`` is the ARM id of the managed or connected cluster; ``namespace`` is where jobs run.
+    An attached compute with the same cluster and namespace is left as it is.
+    """
+
+    template_fields: Sequence[str] = ("name", "resource_id", "namespace")
+
+    def __init__(self, *, name: str, resource_id: str, namespace: str = "default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.name = name
+        self.resource_id = resource_id
+        self.namespace = namespace
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        check_compute_name(self.name)
+        if not str(self.resource_id).startswith("/subscriptions/"):
+            raise AzureMLConfigError(
+                f"resource_id must be the cluster's ARM id (/subscriptions/...), got {self.resource_id!r}."
+            )
+        from azure.ai.ml.entities import KubernetesCompute
+        from azure.core.exceptions import ResourceNotFoundError
+
+        ml = self.hook.get_conn()
+        try:
+            existing = ml.compute.get(self.name)
+        except ResourceNotFoundError:
+            existing = None
+        if existing is not None:
+            if getattr(existing, "type", "").lower() != "kubernetes":
+                raise AzureMLConfigError(f"Compute {self.name!r} exists and is not a Kubernetes compute.")
+            if (
+                existing.resource_id or ""
+            ).lower() == self.resource_id.lower() and existing.namespace == self.namespace:
+                self.log.info("Kubernetes compute %s is already attached.", self.name)
+                return {"name": self.name, "changed": False}
+        self.log.info("Attaching Kubernetes cluster %s as compute %s.", self.resource_id, self.name)
+        ml.compute.begin_create_or_update(
+            KubernetesCompute(name=self.name, resource_id=self.resource_id, namespace=self.namespace)
+        ).result()
+        return {"name": self.name, "changed": True}

@@ -36,6 +36,7 @@ def test_providers_manager_sees_connection_type_and_widgets() -> None:
 def test_importing_operators_hooks_and_dags_does_not_import_the_sdk() -> None:
     code = (
         "import sys, importlib, pkgutil, runpy\n"
+        f"sys.path.insert(0, {str(REPO / 'dags')!r})\n"
         "import airflow_azureml\n"
         "for pkg in ('hooks', 'operators', 'sensors', 'triggers', 'links'):\n"
         "    m = importlib.import_module(f'airflow_azureml.{pkg}')\n"

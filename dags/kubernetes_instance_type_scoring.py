@@ -1,0 +1,133 @@
+"""Score heart-disease partitions on a Kubernetes compute (AKS/Arc) with instance types.
+
+Steps:
+1. attach the Kubernetes cluster (idempotent) and apply the instance types of
+   ``dags/azureml/instance-types.yml`` as ``amlarc.azureml.com/v1alpha1`` custom resources
+   (create, patch, or nothing when unchanged), validated against the documented rules first;
+2. create a batch deployment on that compute with ``instance_type: cpularge`` (checked to exist
+   and to meet the MLflow minimum of 2 CPU / 4 GB before anything is written);
+3. score the interval's partitions, one checkpointed job each;
+4. run a command job on the GPU instance type ``gpusmall`` (its resources checked to fit).
+
+Against the emulator, ``AZUREML_KUBECONFIG`` points at the kubeconfig it writes; against Azure,
+at a kubeconfig for the cluster (or set ``kubernetes_conn_id``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import example_partitions
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+from airflow_azureml.operators import (
+    AzureMLAttachKubernetesComputeOperator,
+    AzureMLCreateBatchDeploymentOperator,
+    AzureMLInvokeBatchEndpointOperator,
+    AzureMLSubmitCommandJobOperator,
+)
+from airflow_azureml.operators.kubernetes import AzureMLApplyInstanceTypesOperator
+
+CONFIG = Path(__file__).parent / "azureml"
+COMPUTE = "k8s-compute"
+ENDPOINT = "heart-classifier-k8s"
+DEPLOYMENT = "classifier-k8s"
+PREFIX = "k8s-scoring"
+CLUSTER_ID = os.environ.get(
+    "AZUREML_K8S_RESOURCE_ID",
+    "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-emulator"
+    "/providers/Microsoft.ContainerService/managedClusters/k8s-compute",
+)
+KUBECONFIG = os.environ.get("AZUREML_KUBECONFIG", str(Path.home() / ".kube" / "config"))
+POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
+DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
+
+with DAG(
+    dag_id="kubernetes_instance_type_scoring",
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=5)},
+    params={
+        "partitions": Param(2, type="integer", minimum=1, maximum=64),
+        "files_per_partition": Param(4, type="integer", minimum=1),
+        "rows_per_file": Param(25, type="integer", minimum=1),
+    },
+    tags=["azureml", "kubernetes", "example"],
+    doc_md=__doc__,
+) as dag:
+    attach = AzureMLAttachKubernetesComputeOperator(
+        task_id="attach_kubernetes_compute", name=COMPUTE, resource_id=CLUSTER_ID, namespace="azureml"
+    )
+    apply_types = AzureMLApplyInstanceTypesOperator(
+        task_id="apply_instance_types", instance_types=str(CONFIG / "instance-types.yml"), kubeconfig=KUBECONFIG
+    )
+    deploy = AzureMLCreateBatchDeploymentOperator(
+        task_id="create_kubernetes_deployment",
+        endpoint_name=ENDPOINT,
+        name=DEPLOYMENT,
+        model="azureml:heart-classifier@latest",
+        compute=f"azureml:{COMPUTE}",
+        instance_type="cpularge",
+        instance_count=2,
+        max_concurrency_per_instance=2,
+        mini_batch_size=2,
+        output_action="append_row",
+        output_file_name="predictions.csv",
+        max_retries=3,
+        retry_timeout=300,
+    )
+
+    @task
+    def extract(params: dict[str, Any], data_interval_start: pendulum.DateTime) -> list[dict[str, Any]]:
+        return example_partitions.write_partitions(
+            PREFIX,
+            example_partitions.interval_key(data_interval_start),
+            int(data_interval_start.timestamp()),
+            params["partitions"],
+            params["files_per_partition"],
+            params["rows_per_file"],
+        )
+
+    @task
+    def plan(partitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return example_partitions.pending(partitions)
+
+    score = AzureMLInvokeBatchEndpointOperator.partial(
+        task_id="score_partition",
+        endpoint_name=ENDPOINT,
+        deployment_name=DEPLOYMENT,
+        deferrable=DEFERRABLE,
+        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        map_index_template="{{ task.job_identity }}",
+    ).expand_kwargs(plan(extracted := extract()))
+
+    @task(trigger_rule="none_failed")
+    def report(
+        partitions: list[dict[str, Any]], results: list[dict[str, Any]] | None, data_interval_start: pendulum.DateTime
+    ) -> dict[str, Any]:
+        return example_partitions.report(
+            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results
+        )
+
+    gpu_job = AzureMLSubmitCommandJobOperator(
+        task_id="gpu_command_job",
+        command="python -c 'import torch; print(torch.cuda.is_available())'",
+        environment="azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest",
+        compute=COMPUTE,
+        instance_type="gpusmall",
+        resource_requests={
+            "requests": {"cpu": "2", "memory": "8Gi"},
+            "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1},
+        },
+        job_identity="{{ dag.dag_id }}/{{ data_interval_start }}/gpu",
+        deferrable=DEFERRABLE,
+        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+    )
+
+    checked = report(extracted, score.output)
+    attach >> apply_types >> deploy >> extracted
+    checked >> gpu_job
