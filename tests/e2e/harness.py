@@ -1,0 +1,245 @@
+"""A real Airflow deployment for the e2e suite: PostgreSQL + api-server + scheduler + dag-processor + triggerer.
+
+Everything runs as separate processes with LocalExecutor, so faults (kill -9, restarts) hit the
+same code paths as in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pg_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")) or [shutil.which(name) or ""]
+    if not found[-1]:
+        raise RuntimeError(f"PostgreSQL's {name} not found: run scripts/ensure_postgres.sh (make test does)")
+    return found[-1]
+
+
+class Postgres:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (run as the postgres user when we are root)."""
+
+    def __init__(self, base: Path) -> None:
+        self.dir = base / "pgdata"
+        self.port = free_port()
+        self.as_root = os.geteuid() == 0
+        self.url = f"postgresql+psycopg2://airflow@127.0.0.1:{self.port}/airflow"
+
+    def _run(self, *cmd: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if self.as_root else []
+        subprocess.run([*prefix, *cmd], check=True, capture_output=True)
+
+    def start(self) -> Postgres:
+        self.dir.mkdir(parents=True)
+        if self.as_root:
+            shutil.chown(self.dir, "postgres", "postgres")
+            os.chmod(self.dir.parent, 0o755)
+        self._run(pg_bin("initdb"), "-D", str(self.dir), "-A", "trust", "-U", "airflow", "-E", "UTF8")
+        self._run(
+            pg_bin("pg_ctl"),
+            "-D",
+            str(self.dir),
+            "-l",
+            str(self.dir / "server.log"),
+            "-w",
+            "start",
+            "-o",
+            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off",
+        )
+        self._run(
+            pg_bin("psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "airflow",
+            "-d",
+            "postgres",
+            "-c",
+            "CREATE DATABASE airflow",
+        )
+        return self
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run(pg_bin("pg_ctl"), "-D", str(self.dir), "-m", "immediate", "stop")
+
+
+class AirflowDeployment:
+    """Airflow's services as processes; ``kill``/``start`` one to inject a fault."""
+
+    SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+    def __init__(self, base: Path, db_url: str, extra_env: dict[str, str]) -> None:
+        self.home = base / "airflow"
+        self.dags = self.home / "dags"
+        self.logs = self.home / "logs"
+        self.api_port = free_port()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.dags.mkdir(parents=True)
+        for source in (REPO / "dags").glob("*.py"):
+            shutil.copy(source, self.dags / source.name)
+        shutil.copy(REPO / "dags" / ".airflowignore", self.dags / ".airflowignore")
+        shutil.copytree(REPO / "dags" / "azureml", self.dags / "azureml")
+        self.env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "8",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+            "AIRFLOW__API__PORT": str(self.api_port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "e2e-jwt-secret-not-a-real-one",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+            **extra_env,
+        }
+        self.env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
+        self._token: str | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+
+    def start(self) -> AirflowDeployment:
+        self.airflow("db", "migrate")
+        for service in self.SERVICES:
+            self.start_service(service)
+        self.wait_for_api()
+        return self
+
+    def start_service(self, service: str) -> None:
+        log = open(self.home / f"{service}.log", "ab")  # noqa: SIM115 - owned by the process
+        args = [service] if service != "api-server" else [service, "--port", str(self.api_port)]
+        self.procs[service] = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self, service: str, sig: int = signal.SIGKILL) -> None:
+        """kill -9 a service and every process it started."""
+        proc = self.procs[service]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        for service in reversed(self.SERVICES):
+            if service in self.procs and self.procs[service].poll() is None:
+                try:
+                    os.killpg(self.procs[service].pid, signal.SIGTERM)
+                    self.procs[service].wait(timeout=20)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    self.kill(service)
+
+    def wait_for_api(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.base}/api/v2/monitor/health", timeout=2).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"api-server did not come up; see {self.home / 'api-server.log'}")
+
+    # -------------------------------------------------------------------- API
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self._token is None:
+            self._token = requests.get(f"{self.base}/auth/token", timeout=10).json()["access_token"]
+        response = requests.request(
+            method,
+            f"{self.base}/api/v2{path}",
+            timeout=30,
+            headers={"Authorization": f"Bearer {self._token}"},
+            **kwargs,
+        )
+        if not response.ok:
+            raise RuntimeError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+        return response.json() if response.content else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.api("GET", f"/dags/{dag_id}")
+                return
+            except RuntimeError:
+                time.sleep(1)
+        raise RuntimeError(f"DAG {dag_id} was not parsed; see {self.home / 'dag-processor.log'}")
+
+    def trigger(self, dag_id: str, logical_date: str, conf: dict[str, Any] | None = None) -> str:
+        run = self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": logical_date, "conf": conf or {}})
+        return str(run["dag_run_id"])
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
+            time.sleep(1)
+        raise TimeoutError(f"run {run_id} still {state} after {timeout}s")
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return list(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000")["task_instances"])
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, map_index: int, state: str) -> None:
+        self.api(
+            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}", json={"new_state": state}
+        )
+
+    def clear_run(self, dag_id: str, run_id: str) -> None:
+        self.api(
+            "POST",
+            f"/dags/{dag_id}/clearTaskInstances",
+            json={"dry_run": False, "dag_run_id": run_id, "only_failed": False, "reset_dag_runs": True},
+        )
