@@ -253,6 +253,8 @@ class Workspace:
         input_dir = self.resolve_uri(input_uri)
         if not input_dir.exists():
             raise EmulatorError(400, "UserError", f"Input path {input_uri!r} does not exist")
+        if not any(p.is_file() for p in input_dir.rglob("*")):
+            raise EmulatorError(400, "UserError", f"No input files found under {input_uri!r}")
         output_uri = _output_uri(props, name)
         compute = _short_name(binding.get("target")) or _short_name(dep.get("compute")) or ""
         if compute not in self.computes:

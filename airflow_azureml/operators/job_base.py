@@ -26,7 +26,9 @@ from airflow_azureml.specs import check_compute_name, short_name
 from airflow_azureml.triggers.job import AzureMLJobTrigger
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
-BASELINE_XCOM = "azureml_preempted_baseline"  # the cluster's preempted-node count at submission
+# task_state_store key: the newest job of this task instance, preemptions so far, and the cluster's
+# preempted-node count when it was submitted. Renaming it breaks in-flight retries.
+STATE_KEY = "azureml_job"
 
 
 @dataclass
@@ -134,7 +136,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.validate()
         state = ResubmissionState(key=self._unit_key(context))
         self._state = state
-        snapshot = self._discover(state)
+        snapshot = self._discover(state, self._recall(context))
         if snapshot is None or not self._is_reusable(snapshot):
             snapshot = None
             self._submit(context, state)
@@ -145,11 +147,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Back from the triggerer. The resubmission state is rebuilt from the job-name chain."""
+        self.validate()
         state = ResubmissionState(key=self._unit_key(context))
         self._state = state
-        self._discover(state)
-        self.validate()
-        state.preempted_baseline = self._load_baseline(context, event.get("job_name"))
+        self._discover(state, self._recall(context))
         if event["status"] == "queue_timeout":
             self._give_up_queued(context, event["job_name"], event["message"])
         if event["status"] != "terminal":
@@ -194,20 +195,49 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             message += "; left it queued for the next try to re-attach"
         raise AzureMLJobQueueTimeoutError(message, job_name=job_name)
 
-    def _discover(self, state: ResubmissionState) -> JobSnapshot | None:
+    def _discover(self, state: ResubmissionState, recalled: dict[str, Any] | None = None) -> JobSnapshot | None:
         """Walk the deterministic chain ``-r0, -r1, ...``; return the newest job's snapshot.
 
+        ``task_state_store`` remembers the newest job this task instance submitted, so the walk starts
+        there; it still goes on past it, which closes the crash-between-submit-and-persist gap.
         Earlier jobs of the chain that were preempted count against ``max_resubmits``.
         """
+        start = 0
+        if recalled and str(recalled.get("job", "")).startswith(self._name(state, 0)[:-1]):
+            start = int(str(recalled["job"]).rsplit("-r", 1)[1])
+            state.job_names = [self._name(state, n) for n in range(start)]
+            state.preemptions = int(recalled.get("preemptions") or 0)
+            state.preempted_baseline = recalled.get("preempted_baseline")
         chain: list[JobSnapshot] = []
-        for n in range(MAX_CHAIN):
+        for n in range(start, MAX_CHAIN):
             snapshot = self.hook.job_snapshot(self._name(state, n))
             if snapshot is None:
                 break
             state.job_names.append(snapshot.name)
             chain.append(snapshot)
-        state.preemptions = sum(1 for s in chain[:-1] if classify(s).outcome is Outcome.PREEMPTED)
+        if len(chain) > 1 or (chain and chain[-1].name != (recalled or {}).get("job")):
+            state.preempted_baseline = None  # the remembered baseline belongs to another job
+        state.preemptions += sum(1 for s in chain[:-1] if classify(s).outcome is Outcome.PREEMPTED)
         return chain[-1] if chain else None
+
+    @staticmethod
+    def _recall(context: Any) -> dict[str, Any] | None:
+        store = context.get("task_state_store")
+        value = store.get(STATE_KEY) if store is not None else None
+        return value if isinstance(value, dict) else None
+
+    @staticmethod
+    def _remember(context: Any, state: ResubmissionState) -> None:
+        store = context.get("task_state_store")
+        if store is not None:
+            store.set(
+                STATE_KEY,
+                {
+                    "job": state.current,
+                    "preemptions": state.preemptions,
+                    "preempted_baseline": state.preempted_baseline,
+                },
+            )
 
     @staticmethod
     def _is_reusable(snapshot: JobSnapshot) -> bool:
@@ -226,23 +256,13 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.log.info("Submitting job %s (resubmission %d).", name, n)
         self.submit_job(context, name, compute)
         state.job_names.append(name)
+        self._remember(context, state)  # first thing after the submit returns
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
-        context["ti"].xcom_push(
-            key=BASELINE_XCOM, value={"job": name, "preempted_node_count": state.preempted_baseline}
-        )
         return name
 
     def _target_compute(self, state: ResubmissionState) -> str | None:
         if self.fallback_compute and self.fallback_after and state.preemptions >= self.fallback_after:
             return self.fallback_compute
-        return None
-
-    @staticmethod
-    def _load_baseline(context: Any, job_name: str | None) -> int | None:
-        ti = context["ti"]
-        stored = ti.xcom_pull(task_ids=ti.task_id, key=BASELINE_XCOM, map_indexes=ti.map_index)
-        if isinstance(stored, dict) and stored.get("job") == job_name:
-            return stored.get("preempted_node_count")
         return None
 
     def _classify(self, state: ResubmissionState, snapshot: JobSnapshot) -> Classification:

@@ -31,7 +31,9 @@ DEFAULTS = {"retries": 0, "on_failure_callback": record_failure}
 with DAG("azureml_compute_cases", schedule=None, start_date=START, default_args=DEFAULTS) as compute_dag:
     creates = [
         AzureMLCreateComputeClusterOperator(
-            task_id="create_from_yaml", compute=str(CONFIG / "low-pri-cluster.yml"), **CASE.get("create_overrides", {})
+            task_id="create_from_yaml",
+            compute=CASE.get("compute_yaml", str(CONFIG / "low-pri-cluster.yml")),
+            **CASE.get("create_overrides", {}),
         )
     ]
     if CASE.get("with_dedicated", True):

@@ -127,15 +127,48 @@ def test_deployment_operator_is_idempotent(emulator: Emulator, run_case) -> None
         ("azureml_invoke_case", {"inputs": {"d": "/local/folder"}}, "is not a data URI"),
         ("azureml_invoke_case", {"inputs": {}}, "non-empty mapping"),
         ("azureml_invoke_case", {"fallback_compute": "dedicated-pool"}, "fallback_after"),
+        ("azureml_invoke_case", {"inputs": {"d": "input/{{ ds_nodash }}/"}}, "'input/20261101/' is not a data URI"),
+        (
+            "azureml_compute_cases",
+            {"compute_yaml": "/nonexistent/cluster.yml", "with_dedicated": False},
+            "does not exist",
+        ),
+        ("azureml_compute_cases", {"compute_yaml": "MALFORMED", "with_dedicated": False}, "is not valid YAML"),
+        ("azureml_invoke_case", {"_connection": "missing_workspace"}, "missing required field"),
+        ("azureml_invoke_case", {"endpoint_name": ""}, "Invalid batch endpoint name"),
     ],
 )
 def test_bad_input_fails_before_any_api_call(
-    emulator: Emulator, run_case, dag_id: str, case: dict, message: str
+    emulator: Emulator,
+    run_case,
+    dag_id: str,
+    case: dict,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if case.get("compute_yaml") == "MALFORMED":
+        bad = tmp_path / "cluster.yml"
+        bad.write_text("name: low-pri-cluster\ntier: [low_priority\n")
+        case = {**case, "compute_yaml": str(bad)}
+    if case.pop("_connection", None):
+        info = json.loads(emulator.connection_info()["airflow_conn_json"])
+        del info["extra"]["workspace_name"]
+        monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", json.dumps(info))
     run, failures = run_case(dag_id, case)
     assert str(run.state) == "failed"
     assert failures[0]["type"] == "AzureMLConfigError" and message in failures[0]["message"]
     assert emulator.requests() == [], "validation must come before any request"
+
+
+def test_empty_input_folder_is_a_clear_error_and_no_job(workspace: Emulator, run_case) -> None:
+    workspace.datastore_path("in/empty").mkdir(parents=True)
+    run, failures = run_case(
+        "azureml_invoke_case", {"inputs": {"d": "azureml://datastores/workspaceblobstore/paths/in/empty/"}}
+    )
+    assert str(run.state) == "failed"
+    assert "No input files found" in failures[0]["message"]
+    assert workspace.jobs() == []
 
 
 def test_invoke_happy_path(workspace: Emulator, run_case) -> None:
@@ -147,6 +180,21 @@ def test_invoke_happy_path(workspace: Emulator, run_case) -> None:
     assert len(prediction_ids(workspace, result["job_name"])) == 100
     assert xcom_value(run, "invoke", key="azureml_studio_job_url").endswith(f"/_emulator/jobs/{result['job_name']}")
     assert len(workspace.jobs()) == 1
+
+
+def test_submitted_job_is_persisted_in_task_state_store(workspace: Emulator, run_case) -> None:
+    with when_running(workspace, preempt("canceled")):
+        run, failures = run_case("azureml_invoke_case")
+    assert str(run.state) == "success", failures
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(TaskStateStoreModel).filter_by(run_id=run.run_id, task_id="invoke", key="azureml_job").one()
+        stored = json.loads(row.value)
+    result = xcom_value(run, "invoke")
+    assert stored["job"] == result["job_name"] and stored["job"].endswith("-r1")
+    assert stored["preemptions"] == 1 and isinstance(stored["preempted_baseline"], int)
 
 
 def test_invoke_overrides_reach_the_job(workspace: Emulator, run_case) -> None:
