@@ -62,6 +62,38 @@ def _check(status: int, headers: Any, text: str, what: str) -> None:
     raise AzureMLError(f"{what}: HTTP {status}: {detail}")
 
 
+def _query(url: str, params: dict[str, str] | None) -> dict[str, str]:
+    """ARM calls carry ``api-version``; a next-page or discovery URL already has its own query."""
+    return {} if urlparse(url).query else {"api-version": API_VERSION, **(params or {})}
+
+
+def _build(method: str, url: str, params: dict[str, str] | None, token: str, user_agent: str) -> Any:
+    from azure.core.rest import HttpRequest
+
+    headers = {"Authorization": f"Bearer {token}", "User-Agent": user_agent}
+    return HttpRequest(method, url, params=_query(url, params), headers=headers)
+
+
+def _result(response: Any, what: str) -> Any:
+    _check(response.status_code, response.headers, response.text(), what)
+    return response.json() if response.text() else {}
+
+
+def _history_base(settings: AzureMLConnectionSettings, discovery: dict[str, Any]) -> str:
+    return str(discovery.get("history") or discovery.get("api") or settings.resource_manager_url)
+
+
+def _needs_details(arm_job: dict[str, Any]) -> bool:
+    """Only a failed or cancelled job's error/warnings matter, and only run history has them."""
+    return (arm_job.get("properties") or {}).get("status") in ("Failed", "Canceled")
+
+
+def _connection_errors() -> tuple[type[Exception], ...]:
+    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+
+    return (ServiceRequestError, ServiceResponseError)
+
+
 class _Paths:
     """URLs of the resources we read, relative to the ARM endpoint."""
 
@@ -82,18 +114,28 @@ class _Paths:
         return f"{history_base.rstrip('/')}/history/v1.0{self.ws}/runs/{name}/details"
 
 
-class RestClient:
+class _ClientBase:
+    """What the sync and async clients share: URLs, the cached token, the run-history base URL."""
+
+    def __init__(self, settings: AzureMLConnectionSettings, credential: Any) -> None:
+        self.paths = _Paths(settings)
+        self._credential = credential
+        self._scope = settings.arm_scope
+        self._token: Any = None
+        self._history_base: str | None = None
+
+    def _token_stale(self, force: bool) -> bool:
+        return force or self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time()
+
+
+class RestClient(_ClientBase):
     """Synchronous reads and cancels for one workspace."""
 
     def __init__(self, settings: AzureMLConnectionSettings, credential: TokenCredential) -> None:
         from azure.core import PipelineClient
         from azure.core.pipeline.transport import RequestsTransport
 
-        self.paths = _Paths(settings)
-        self._credential = credential
-        self._scope = settings.arm_scope
-        self._token: Any = None
-        self._history_base: str | None = None
+        super().__init__(settings, credential)
         self._client = PipelineClient(
             base_url=settings.resource_manager_url,
             policies=[],
@@ -101,32 +143,20 @@ class RestClient:
         )
 
     def _auth(self, force: bool = False) -> str:
-        if force or self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time():
+        if self._token_stale(force):
             self._token = self._credential.get_token(self._scope)
         return str(self._token.token)
 
     def request(self, method: str, url: str, *, params: dict[str, str] | None = None, what: str = "") -> Any:
-        from azure.core.exceptions import ServiceRequestError, ServiceResponseError
-        from azure.core.rest import HttpRequest
-
-        query = {"api-version": API_VERSION, **(params or {})}
-        if urlparse(url).query:
-            query = {}
         for attempt in (1, 2):
-            request = HttpRequest(
-                method,
-                url,
-                params=query,
-                headers={"Authorization": f"Bearer {self._auth(force=attempt == 2)}", "User-Agent": USER_AGENT},
-            )
+            request = _build(method, url, params, self._auth(force=attempt == 2), USER_AGENT)
             try:
                 response = self._client.send_request(request)
-            except (ServiceRequestError, ServiceResponseError) as exc:
+            except _connection_errors() as exc:
                 raise TransientRestError(f"{what or url}: connection error: {scrub(str(exc))}") from None
             if response.status_code == 401 and attempt == 1:
                 continue  # expired or revoked token: fetch a fresh one once
-            _check(response.status_code, response.headers, response.text(), what or f"{method} {url}")
-            return response.json() if response.text() else {}
+            return _result(response, what or f"{method} {url}")
         return {}
 
     def get_job(self, name: str) -> dict[str, Any]:
@@ -143,22 +173,17 @@ class RestClient:
             workspace = self.request("GET", self.paths.url(""), what="GET workspace")
             discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
             discovery = self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
-            self._history_base = (
-                discovery.get("history") or discovery.get("api") or self.paths.settings.resource_manager_url
-            )
+            self._history_base = _history_base(self.paths.settings, discovery)
         return self._history_base
 
     def get_run_details(self, name: str) -> dict[str, Any]:
-        return self.request(
-            "GET", self.paths.run_details(self.history_base(), name), params={}, what=f"GET run details {name}"
-        )
+        url = self.paths.run_details(self.history_base(), name)
+        return self.request("GET", url, what=f"GET run details {name}")
 
     def snapshot(self, name: str) -> JobSnapshot:
         """The job's status; for a failed or cancelled job also its error and warnings."""
         arm = self.get_job(name)
-        status = (arm.get("properties") or {}).get("status")
-        details = self.get_run_details(name) if status in ("Failed", "Canceled") else None
-        return JobSnapshot.from_rest(arm, details)
+        return JobSnapshot.from_rest(arm, self.get_run_details(name) if _needs_details(arm) else None)
 
     def cancel_job(self, name: str) -> None:
         self.request("POST", self.paths.job(name) + "/cancel", what=f"cancel job {name}")
@@ -175,18 +200,14 @@ class RestClient:
         self._client.close()
 
 
-class AsyncRestClient:
+class AsyncRestClient(_ClientBase):
     """The same reads on native asyncio (aiohttp), for triggers. No threads, no sync SDK."""
 
     def __init__(self, settings: AzureMLConnectionSettings, credential: AsyncTokenCredential) -> None:
         from azure.core import AsyncPipelineClient
         from azure.core.pipeline.transport import AioHttpTransport
 
-        self.paths = _Paths(settings)
-        self._credential = credential
-        self._scope = settings.arm_scope
-        self._token: Any = None
-        self._history_base: str | None = None
+        super().__init__(settings, credential)
         self._client = AsyncPipelineClient(
             base_url=settings.resource_manager_url,
             policies=[],
@@ -196,36 +217,21 @@ class AsyncRestClient:
         self.list_pages = 0
 
     async def _auth(self, force: bool = False) -> str:
-        if force or self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time():
+        if self._token_stale(force):
             self._token = await self._credential.get_token(self._scope)
         return str(self._token.token)
 
     async def request(self, method: str, url: str, *, params: dict[str, str] | None = None, what: str = "") -> Any:
-        from azure.core.exceptions import ServiceRequestError, ServiceResponseError
-        from azure.core.rest import HttpRequest
-
-        query = {"api-version": API_VERSION, **(params or {})}
-        if urlparse(url).query:
-            query = {}
         for attempt in (1, 2):
-            request = HttpRequest(
-                method,
-                url,
-                params=query,
-                headers={
-                    "Authorization": f"Bearer {await self._auth(force=attempt == 2)}",
-                    "User-Agent": ASYNC_USER_AGENT,
-                },
-            )
+            request = _build(method, url, params, await self._auth(force=attempt == 2), ASYNC_USER_AGENT)
             self.requests_sent += 1
             try:
                 response = await self._client.send_request(request)  # body is loaded (stream=False)
-            except (ServiceRequestError, ServiceResponseError) as exc:
+            except _connection_errors() as exc:
                 raise TransientRestError(f"{what or url}: connection error: {scrub(str(exc))}") from None
             if response.status_code == 401 and attempt == 1:
                 continue
-            _check(response.status_code, response.headers, response.text(), what or f"{method} {url}")
-            return response.json() if response.text() else {}
+            return _result(response, what or f"{method} {url}")
         return {}
 
     async def get_job(self, name: str) -> dict[str, Any]:
@@ -236,23 +242,18 @@ class AsyncRestClient:
             workspace = await self.request("GET", self.paths.url(""), what="GET workspace")
             discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
             discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
-            self._history_base = (
-                discovery.get("history") or discovery.get("api") or self.paths.settings.resource_manager_url
-            )
+            self._history_base = _history_base(self.paths.settings, discovery)
         return self._history_base
 
     async def get_run_details(self, name: str) -> dict[str, Any]:
-        return await self.request(
-            "GET", self.paths.run_details(await self.history_base(), name), params={}, what=f"GET run details {name}"
-        )
+        url = self.paths.run_details(await self.history_base(), name)
+        return await self.request("GET", url, what=f"GET run details {name}")
 
     async def snapshot(self, name: str) -> JobSnapshot:
-        arm = await self.get_job(name)
-        return await self.complete_snapshot(arm)
+        return await self.complete_snapshot(await self.get_job(name))
 
     async def complete_snapshot(self, arm: dict[str, Any]) -> JobSnapshot:
-        status = (arm.get("properties") or {}).get("status")
-        details = await self.get_run_details(arm["name"]) if status in ("Failed", "Canceled") else None
+        details = await self.get_run_details(arm["name"]) if _needs_details(arm) else None
         return JobSnapshot.from_rest(arm, details)
 
     async def cancel_job(self, name: str) -> None:
