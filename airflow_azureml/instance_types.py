@@ -18,11 +18,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from airflow_azureml.exceptions import AzureMLConfigError
+if TYPE_CHECKING:
+    from airflow_azureml.exceptions import AzureMLConfigError
+
+
+def _config_error(message: str) -> AzureMLConfigError:
+    """The provider's config error, imported on use: these rules also run in the emulator,
+    which must not pay Airflow's import time (~1.7 s) just to start."""
+    from airflow_azureml.exceptions import AzureMLConfigError
+
+    return AzureMLConfigError(message)
+
 
 GROUP = "amlarc.azureml.com"
 VERSION = "v1alpha1"
@@ -67,7 +77,7 @@ _RESOURCES_KEYS = frozenset({"requests", "limits"})
 
 
 def _fail(where: str, problem: str) -> AzureMLConfigError:
-    return AzureMLConfigError(f"{where} {problem}")
+    return _config_error(f"{where} {problem}")
 
 
 def _check_present(value: Any, where: str) -> None:
@@ -317,9 +327,9 @@ def _documents(source: Any) -> list[Any]:
             if is_file:
                 return _parse_yaml(Path(source).read_text(encoding="utf-8"), source)
             if source.strip().endswith((".yaml", ".yml", ".json")):
-                raise AzureMLConfigError(f"instance type file {source!r} does not exist")
+                raise _config_error(f"instance type file {source!r} does not exist")
         return _parse_yaml(source, "YAML text")
-    raise AzureMLConfigError(
+    raise _config_error(
         f"instance types must be YAML text, a path, a mapping or a list of mappings, not {type(source).__name__}"
     )
 
@@ -328,7 +338,7 @@ def _parse_yaml(text: str, origin: str) -> list[Any]:
     try:
         return [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
-        raise AzureMLConfigError(f"{origin}: invalid YAML: {exc}") from exc
+        raise _config_error(f"{origin}: invalid YAML: {exc}") from exc
 
 
 def _from_item(item: Any, where: str, *, header_required: bool) -> InstanceType:
@@ -416,7 +426,7 @@ def validate_instance_types(
     seen: set[str] = set()
     for item in types:
         if not isinstance(item, InstanceType):
-            raise AzureMLConfigError(f"expected InstanceType objects, got {type(item).__name__}")
+            raise _config_error(f"expected InstanceType objects, got {type(item).__name__}")
         item.validate()
         if item.name in seen:
             raise _fail(f"instance type {item.name!r}: metadata.name", "is defined more than once; names are unique")
@@ -474,14 +484,14 @@ def resolve_instance_type(types: Sequence[InstanceType], name: str | None = None
     if name is None or name == "":
         return by_name.get(DEFAULT_NAME) or builtin_default_instance_type()
     if not isinstance(name, str):
-        raise AzureMLConfigError(f"instance_type must be a string, not {type(name).__name__}")
+        raise _config_error(f"instance_type must be a string, not {type(name).__name__}")
     found = by_name.get(name.lower())
     if found is not None:
         return found
     if name.lower() == DEFAULT_NAME:
         return builtin_default_instance_type()
     known = sorted({t.name for t in types} | {DEFAULT_NAME})
-    raise AzureMLConfigError(f"instance type {name!r} is not defined; known instance types: {', '.join(known)}")
+    raise _config_error(f"instance type {name!r} is not defined; known instance types: {', '.join(known)}")
 
 
 def check_resources_fit(resources: Mapping[str, Any] | None, instance_type: InstanceType) -> None:
@@ -495,7 +505,7 @@ def check_resources_fit(resources: Mapping[str, Any] | None, instance_type: Inst
     if not resources:
         return
     if not isinstance(resources, Mapping):
-        raise AzureMLConfigError(f"resources must be a map, not {type(resources).__name__}")
+        raise _config_error(f"resources must be a map, not {type(resources).__name__}")
     where = f"resources for instance type {instance_type.name!r}: resources"
     requests = resources.get("requests")
     if not isinstance(requests, Mapping):
@@ -559,7 +569,7 @@ def check_mlflow_minimum(resources_or_instance_type: InstanceType | Mapping[str,
         _check_present(memory_text, f"{where}.{MEMORY}")
         cpu, memory = parse_cpu(cpu_text, f"{where}.{CPU}"), parse_memory(memory_text, f"{where}.{MEMORY}")
     else:
-        raise AzureMLConfigError(
+        raise _config_error(
             f"check_mlflow_minimum needs a resources mapping or an InstanceType, not {type(target).__name__}"
         )
     if cpu < MLFLOW_MIN_CPU_MILLICORES:

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from airflow_azureml.exceptions import AzureMLConfigError
 from airflow_azureml.instance_types import (
     API_VERSION,
     DEFAULT_NAME,
@@ -337,7 +336,7 @@ class KubeCluster:
         document = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": body.get("spec")}
         try:
             (model,) = load_instance_types(document, extension_node_selector=self.extension_node_selector)
-        except AzureMLConfigError as exc:
+        except ValueError as exc:  # AzureMLConfigError, a ValueError
             raise invalid(label, str(exc)) from None
         keep = {
             "labels": _string_map(metadata.get("labels"), "metadata.labels", model.name),

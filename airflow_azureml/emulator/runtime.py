@@ -31,7 +31,6 @@ from airflow_azureml.emulator.models import (
     utcnow,
 )
 from airflow_azureml.emulator.scoring import ScoringRegistry
-from airflow_azureml.exceptions import AzureMLConfigError
 from airflow_azureml.instance_types import DEFAULT_NAME, check_resources_fit, instance_type_from_arm
 
 log = logging.getLogger(__name__)
@@ -665,5 +664,5 @@ def _check_fits(resource_props: dict[str, Any], itype: dict[str, Any], name: str
         return  # the job takes the instance type's own resources
     try:
         check_resources_fit(resource_props.get("resources"), instance_type_from_arm(name, itype))
-    except AzureMLConfigError as exc:
+    except ValueError as exc:  # AzureMLConfigError, a ValueError
         raise EmulatorError(400, "UserError", str(exc)) from None

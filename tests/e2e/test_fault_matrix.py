@@ -282,9 +282,10 @@ def test_http_faults(e2e: E2E, fault: str, rules: list[dict[str, Any]], note: st
         for rule in rules:
             e2e.emulator.add_fault(**rule)
 
+    before = len(e2e.emulator.requests())
     _, interval, state = run_example(e2e, f"{dates[fault]}T00:00:00+00:00", during=inject)
-    hits = sum(1 for r in e2e.emulator.requests() if r.get("fault"))
-    result = e2e.record(fault, interval, state, f"{note} ({hits} injected so far in the suite)")
+    hits = sum(1 for r in e2e.emulator.requests()[before:] if r.get("fault"))
+    result = e2e.record(fault, interval, state, f"{note}; {hits} faults injected")
     assert state == "success"
     assert_exactly_once(result, jobs=2)
 

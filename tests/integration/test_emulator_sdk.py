@@ -260,3 +260,18 @@ def test_hook_test_connection(emulator: Emulator, azureml_conn: dict[str, Any]) 
     ok, message = AzureMLHook().test_connection()
     assert ok, message
     assert emulator.workspace_name in message
+
+
+def test_tls_verification_stays_on(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the CA bundle the self-signed emulator is refused; with it given explicitly, it is trusted."""
+    import json
+
+    info = json.loads(emulator.connection_info()["airflow_conn_json"])
+    del info["extra"]["ca_bundle"]
+    monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", json.dumps(info))
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    ok, message = AzureMLHook().test_connection()
+    assert not ok and "CERTIFICATE_VERIFY_FAILED" in message
+    assert emulator.client_secret not in message
+    assert AzureMLHook(azure_ml_conn_id="azure_ml_default").settings.connection_verify is True

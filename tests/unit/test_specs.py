@@ -108,3 +108,69 @@ def test_missing_yaml_file() -> None:
 def test_bad_data_uris(uri: str, message: str) -> None:
     with pytest.raises(AzureMLConfigError, match=message):
         check_data_uri("input", uri)
+
+
+def test_entity_forms_become_the_same_specs_as_yaml() -> None:
+    from dataclasses import replace
+
+    from azure.ai.ml import load_compute
+    from azure.ai.ml.entities import (
+        AmlCompute,
+        BatchRetrySettings,
+        ModelBatchDeployment,
+        ModelBatchDeploymentSettings,
+        ResourceConfiguration,
+    )
+
+    from_yaml = replace(ClusterSpec.from_yaml(SEED / "low-pri-cluster.yml"), yaml_path=None)
+    entity = AmlCompute(
+        name="low-pri-cluster",
+        size="STANDARD_DS3_v2",
+        tier="low_priority",
+        min_instances=0,
+        max_instances=2,
+        idle_time_before_scale_down=120,
+    )
+    assert ClusterSpec.from_any(entity) == from_yaml
+    assert ClusterSpec.from_any(load_compute(source=str(SEED / "low-pri-cluster.yml"))) == from_yaml
+    assert from_yaml.differences(entity) == {}
+    assert from_yaml.differences(
+        AmlCompute(
+            name="low-pri-cluster",
+            size="STANDARD_DS3_v2",
+            tier="low_priority",
+            min_instances=0,
+            max_instances=4,
+            idle_time_before_scale_down=120,
+        )
+    ) == {"max_instances": (4, 2)}
+
+    deployment = ModelBatchDeployment(
+        name="classifier-xgboost",
+        endpoint_name="heart-classifier-batch",
+        model="azureml:heart-classifier@latest",
+        compute="azureml:low-pri-cluster",
+        resources=ResourceConfiguration(instance_count=2),
+        settings=ModelBatchDeploymentSettings(
+            max_concurrency_per_instance=2,
+            mini_batch_size=2,
+            output_action="append_row",
+            output_file_name="predictions.csv",
+            retry_settings=BatchRetrySettings(max_retries=3, timeout=300),
+        ),
+    )
+    spec = DeploymentSpec.from_any(deployment)
+    yaml_spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    for field in (
+        "endpoint_name",
+        "name",
+        "compute",
+        "instance_count",
+        "max_concurrency_per_instance",
+        "mini_batch_size",
+        "output_action",
+        "output_file_name",
+        "max_retries",
+        "retry_timeout",
+    ):
+        assert getattr(spec, field) == getattr(yaml_spec, field), field
