@@ -11,7 +11,6 @@ import hashlib
 import re
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
-MAX_SUFFIX_LEN = 4
 
 
 def slug(text: str, limit: int) -> str:

@@ -14,9 +14,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTIVE_STATES = frozenset(
-    {"NotStarted", "Starting", "Provisioning", "Preparing", "Queued", "Running", "Finalizing", "CancelRequested"}
-)
 QUEUED_STATES = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued"})
 TERMINAL_STATES = frozenset({"Completed", "Failed", "Canceled", "NotResponding", "Paused"})
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 from urllib.parse import urlencode
@@ -552,7 +551,3 @@ def _not_found(kind: str, name: str) -> web.Response:
 
 def _version_key(version: str) -> tuple[int, str]:
     return (int(version), "") if version.isdigit() else (-1, version)
-
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, default=str)

@@ -349,9 +349,6 @@ class Emulator:
     def requests(self) -> list[dict[str, Any]]:
         return self.call(lambda: list(self.request_log))
 
-    def count_requests(self, method: str | None = None, contains: str = "") -> int:
-        return sum(1 for r in self.requests() if (method is None or r["method"] == method) and contains in r["path"])
-
     def kubeconfig(self, cluster: str) -> Path:
         """Write ``DIR/kubeconfig-<cluster>.yaml`` for the Kubernetes cluster ``cluster`` and return its path.
 

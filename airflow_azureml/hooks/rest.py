@@ -213,7 +213,6 @@ class AsyncRestClient(_ClientBase):
             policies=[],
             transport=AioHttpTransport(connection_verify=settings.connection_verify, connection_timeout=30),
         )
-        self.requests_sent = 0
         self.list_pages = 0
 
     async def _auth(self, force: bool = False) -> str:
@@ -224,7 +223,6 @@ class AsyncRestClient(_ClientBase):
     async def request(self, method: str, url: str, *, params: dict[str, str] | None = None, what: str = "") -> Any:
         for attempt in (1, 2):
             request = _build(method, url, params, await self._auth(force=attempt == 2), ASYNC_USER_AGENT)
-            self.requests_sent += 1
             try:
                 response = await self._client.send_request(request)  # body is loaded (stream=False)
             except _connection_errors() as exc:
