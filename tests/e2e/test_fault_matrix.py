@@ -263,14 +263,14 @@ def test_node_evictions_during_a_run(e2e: E2E) -> None:
         (
             "5xx",
             [
-                {"kind": "status", "status": 503, "probability": 0.1, "count": 15, "path": "/workspaces/"},
-                {"kind": "status", "status": 500, "probability": 0.1, "count": 15, "path": "/workspaces/"},
+                {"kind": "status", "status": 503, "probability": 0.25, "count": 20, "path": "/workspaces/"},
+                {"kind": "status", "status": 500, "probability": 0.25, "count": 20, "path": "/workspaces/"},
             ],
             "retried; never counted as a poll",
         ),
         (
             "dropped connections",
-            [{"kind": "drop", "probability": 0.1, "count": 15, "path": "/workspaces/"}],
+            [{"kind": "drop", "probability": 0.3, "count": 25, "path": "/workspaces/"}],
             "connection errors retried",
         ),
     ],
