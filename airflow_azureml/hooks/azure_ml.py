@@ -48,6 +48,8 @@ KNOWN_CLOUDS: dict[str, dict[str, str]] = {
     },
 }
 CUSTOM_CLOUD = "custom"
+# Retries of single calls: short delays (Retry-After when sent), five retries, the same back-off rule as polls.
+ONE_SHOT_RETRIES = PollingPolicy(interval=2.0, max_interval=30.0, max_transient_errors=5)
 EXTRA_FIELDS = (
     "subscription_id",
     "resource_group",
@@ -369,19 +371,21 @@ class AzureMLHook(BaseHook):
                 )
             time.sleep(delay)
 
-    def _with_transient_retries(self, call: Callable[[], Any], attempts: int = 6) -> Any:
+    def _with_transient_retries(self, call: Callable[[], Any]) -> Any:
+        """One-shot reads and cancels, retried on 429/5xx/dropped connections by the shared policy."""
         from airflow_azureml.hooks.rest import TransientRestError
 
-        for attempt in range(1, attempts + 1):
+        watch = JobWatch(ONE_SHOT_RETRIES)
+        while True:
             try:
                 return call()
             except TransientRestError as exc:
-                if attempt == attempts:
-                    raise
-                delay = exc.retry_after if exc.retry_after is not None else min(30.0, 0.5 * 2**attempt)
-                self.log.warning("Transient Azure error (%s); retry %d in %.1fs", exc, attempt, delay)
+                try:
+                    delay = watch.transient_error(exc.retry_after)
+                except TransientBudgetExceeded:
+                    raise exc from None
+                self.log.warning("Transient Azure error (%s); retry %d in %.1fs", exc, watch.transient_errors, delay)
                 time.sleep(delay)
-        return None
 
     # ------------------------------------------------------------ batch invoke
     def invoke_batch_endpoint(
