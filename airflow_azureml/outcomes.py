@@ -121,6 +121,58 @@ class ComputeFacts:
 
 
 @dataclass(frozen=True)
+class GaugeEvidence:
+    """The cluster's ``preemptedNodeCount`` gauge as sampled *while this job was Running*.
+
+    The gauge counts nodes in preempted state right now (2024-10-01 swagger); it falls again as
+    nodes are replaced. Only a rise between two samples taken while the job ran says anything
+    about this job. Produced by the waits (sync and triggerer, shared compute reads), consumed by
+    ``classify``. ``None`` fields mean "not sampled", never zero.
+    """
+
+    compute: str | None = None
+    low_priority: bool | None = None
+    samples: int = 0  # compute reads taken while the job was Running
+    first_while_running: int | None = None
+    peak_while_running: int | None = None
+
+    def observe(self, compute: str, low_priority: bool, preempted: int) -> GaugeEvidence:
+        """A new sample taken while the job was Running."""
+        first = preempted if self.first_while_running is None else self.first_while_running
+        peak = preempted if self.peak_while_running is None else max(self.peak_while_running, preempted)
+        return GaugeEvidence(compute, low_priority, self.samples + 1, first, peak)
+
+    @property
+    def rose_while_running(self) -> bool:
+        return (
+            self.samples >= 2
+            and self.first_while_running is not None
+            and self.peak_while_running is not None
+            and self.peak_while_running > self.first_while_running
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "compute": self.compute,
+            "low_priority": self.low_priority,
+            "samples": self.samples,
+            "first_while_running": self.first_while_running,
+            "peak_while_running": self.peak_while_running,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> GaugeEvidence:
+        data = data or {}
+        return cls(
+            compute=data.get("compute"),
+            low_priority=data.get("low_priority"),
+            samples=int(data.get("samples") or 0),
+            first_while_running=data.get("first_while_running"),
+            peak_while_running=data.get("peak_while_running"),
+        )
+
+
+@dataclass(frozen=True)
 class Classification:
     outcome: Outcome
     reason: str
