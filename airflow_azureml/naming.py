@@ -30,3 +30,11 @@ def job_name(dag_id: str, task_id: str, key: str, resubmission: int) -> str:
 
 def experiment_name(dag_id: str) -> str:
     return slug(dag_id, 200)
+
+
+# Every job the provider submits carries this tag, whose value is the job's unit-of-work key
+# (``work_key``). Waits narrow the workspace job LIST with ``tag=UNIT_TAG``; a try searches it
+# before submitting, because Azure may ignore the requested job name (azure-sdk-for-python#32763).
+UNIT_TAG = "airflow_azureml.unit"
+# The resubmission number of the job within its unit's chain (tag value: "0", "1", ...).
+RESUBMISSION_TAG = "airflow_azureml.resubmission"
