@@ -8,7 +8,10 @@ call, so bad input fails fast with a message that names the field. Nothing here 
 
 from __future__ import annotations
 
+import difflib
+import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -94,6 +97,67 @@ def looks_like_yaml_path(value: Any) -> bool:
     return isinstance(value, (str, Path)) and str(value).lower().endswith((".yml", ".yaml"))
 
 
+def reject_unknown_keys(where: str, data: Mapping[str, Any], known: Iterable[str], prefix: str = "") -> None:
+    """A typo must fail here, in our words, not later in the SDK's loader (or worse, be dropped silently)."""
+    allowed = sorted(set(known))
+    for key in data:
+        if key in allowed:
+            continue
+        nearest = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+        hint = f"; did you mean {nearest[0]!r}?" if nearest else f"; known keys: {', '.join(allowed)}."
+        raise AzureMLConfigError(f"{where}: unknown key {prefix + str(key)!r}{hint}")
+
+
+def check_positive_int(label: str, value: Any) -> int:
+    """An int >= 1; ``True`` is not one, although Python says ``isinstance(True, int)``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise AzureMLConfigError(f"{label} must be a positive integer, got {value!r}.")
+    return value
+
+
+def check_seconds(label: str, value: Any) -> float:
+    """A finite number of seconds > 0, possibly rendered from a template as text (``nan``/``inf`` are not)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise AzureMLConfigError(f"{label} must be a number of seconds, got {value!r}.") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise AzureMLConfigError(f"{label} must be a finite number of seconds > 0, got {value!r}.")
+    return seconds
+
+
+# Azure writes the file into the job's output folder: it must be a name, never a path. Characters that
+# Windows-style file shares and the runtime's path handling refuse are refused too.
+_BAD_FILE_CHARS = re.compile(r'[/\\:*?"<>|\x00-\x1f\x7f]')
+
+
+def check_output_file_name(value: Any, label: str = "output_file_name") -> str:
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or value.strip(".") == ""
+        or len(value) > 255
+        or _BAD_FILE_CHARS.search(value)
+        or value != value.strip()
+    ):
+        raise AzureMLConfigError(
+            f"{label} must be a plain file name (1-255 characters, no path separators, '..', "
+            f'control characters or any of :*?"<>|), got {value!r}.'
+        )
+    return value
+
+
+def check_instance_type_target(compute: Any, instance_type: str | None, *, kubernetes: bool) -> None:
+    """``instance_type`` picks a Kubernetes instance type; on AmlCompute Azure has no such thing to pick."""
+    if instance_type and not kubernetes:
+        raise AzureMLConfigError(
+            f"instance_type applies to Kubernetes compute only; {compute!r} is not. "
+            "On AmlCompute the cluster's size decides the VM; remove instance_type."
+        )
+
+
 def _int(label: str, value: Any, minimum: int) -> int:
     try:
         number = int(value)
@@ -107,6 +171,38 @@ def _int(label: str, value: Any, minimum: int) -> int:
 
 
 # --------------------------------------------------------------------------- clusters
+# The keys the az ml CLI accepts in an AmlCompute YAML (its marshmallow schema, without read-only fields).
+CLUSTER_YAML_KEYS = (
+    "$schema",
+    "name",
+    "type",
+    "size",
+    "tier",
+    "min_instances",
+    "max_instances",
+    "idle_time_before_scale_down",
+    "location",
+    "description",
+    "identity",
+    "tags",
+    "enable_node_public_ip",
+    "network_settings",
+    "ssh_public_access_enabled",
+    "ssh_settings",
+)
+CLUSTER_ARGUMENTS = (
+    "name",
+    "size",
+    "tier",
+    "min_instances",
+    "max_instances",
+    "idle_time_before_scale_down",
+    "location",
+    "description",
+    "identity",
+)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """An AmlCompute cluster as the az ml CLI YAML describes it."""
@@ -145,6 +241,7 @@ class ClusterSpec:
         kind = str(data.get("type", "amlcompute")).lower()
         if kind != "amlcompute":
             raise AzureMLConfigError(f"Compute YAML {str(path)!r} has type {kind!r}; expected amlcompute.")
+        reject_unknown_keys(f"Compute YAML file {str(path)!r}", data, CLUSTER_YAML_KEYS)
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         return cls(**{**values, **overrides, "yaml_path": str(path)})
@@ -167,6 +264,7 @@ class ClusterSpec:
 
     @classmethod
     def from_any(cls, compute: Any = None, **kwargs: Any) -> ClusterSpec:
+        reject_unknown_keys("Cluster arguments", kwargs, CLUSTER_ARGUMENTS)
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         if compute is None:
             return cls(**kwargs)
@@ -210,6 +308,43 @@ class ClusterSpec:
 
 
 # ------------------------------------------------------------------------ deployments
+# The keys the az ml CLI accepts in a model batch deployment YAML (its marshmallow schema), by section.
+DEPLOYMENT_SETTINGS_KEYS = (
+    "environment_variables",
+    "error_threshold",
+    "instance_count",
+    "logging_level",
+    "max_concurrency_per_instance",
+    "mini_batch_size",
+    "output_action",
+    "output_file_name",
+    "retry_settings",
+)
+DEPLOYMENT_YAML_KEYS = (
+    "$schema",
+    "name",
+    "endpoint_name",
+    "description",
+    "type",
+    "model",
+    "compute",
+    "resources",
+    "settings",
+    "environment",
+    "code_configuration",
+    "tags",
+    "properties",
+    *DEPLOYMENT_SETTINGS_KEYS,  # the older flat form of the same settings
+)
+DEPLOYMENT_NESTED_KEYS = {
+    "resources": ("instance_count", "instance_type", "properties"),
+    "settings": DEPLOYMENT_SETTINGS_KEYS,
+    "retry_settings": ("max_retries", "timeout"),
+    "code_configuration": ("code", "scoring_script"),
+}
+_DEPLOYMENT_INTERNAL = ("yaml_path", "yaml_type", "extra")
+
+
 @dataclass(frozen=True)
 class DeploymentSpec:
     """A model batch deployment, with the settings of the source documents' YAML."""
@@ -227,6 +362,7 @@ class DeploymentSpec:
     retry_timeout: int = 30
     error_threshold: int = -1
     instance_type: str | None = None
+    resource_properties: dict[str, Any] | None = None
     description: str | None = None
     environment: Any = None
     code_configuration: Any = None
@@ -248,19 +384,31 @@ class DeploymentSpec:
             ("mini_batch_size", 1),
             ("max_retries", 0),
             ("retry_timeout", 1),
+            ("error_threshold", -1),  # -1: ignore every failed file, as Azure's default
         ):
             object.__setattr__(self, label, _int(label, getattr(self, label), minimum))
         action = OUTPUT_ACTIONS.get(str(self.output_action).lower())
         if action is None:
             raise AzureMLConfigError(f"Unknown output_action {self.output_action!r}: use append_row or summary_only.")
         object.__setattr__(self, "output_action", action)
-        if action == "append_row" and (not self.output_file_name or "/" in self.output_file_name):
-            raise AzureMLConfigError(f"output_file_name must be a plain file name, got {self.output_file_name!r}.")
+        if action == "append_row" or self.output_file_name != "predictions.csv":
+            check_output_file_name(self.output_file_name)
+        if self.resource_properties is not None and not isinstance(self.resource_properties, Mapping):
+            raise AzureMLConfigError(f"resources.properties must be a mapping, got {self.resource_properties!r}.")
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> DeploymentSpec:
         data = read_yaml(path, "Batch deployment")
+        where = f"Batch deployment YAML file {str(path)!r}"
+        reject_unknown_keys(where, data, DEPLOYMENT_YAML_KEYS)
+        for section, keys in DEPLOYMENT_NESTED_KEYS.items():
+            if isinstance(data.get(section), Mapping):
+                reject_unknown_keys(where, data[section], keys, prefix=f"{section}.")
         settings = data.get("settings") or {}
+        if isinstance(settings.get("retry_settings"), Mapping):
+            reject_unknown_keys(
+                where, settings["retry_settings"], DEPLOYMENT_NESTED_KEYS["retry_settings"], "settings.retry_settings."
+            )
         resources = data.get("resources") or {}
         retry = settings.get("retry_settings") or data.get("retry_settings") or {}
         values: dict[str, Any] = {
@@ -268,8 +416,9 @@ class DeploymentSpec:
             "name": data.get("name"),
             "model": _model_ref(data.get("model")),
             "compute": data.get("compute"),
-            "instance_count": resources.get("instance_count", 1),
+            "instance_count": resources.get("instance_count", settings.get("instance_count", 1)),
             "instance_type": resources.get("instance_type") or data.get("instance_type"),
+            "resource_properties": resources.get("properties"),
             "max_concurrency_per_instance": settings.get(
                 "max_concurrency_per_instance", data.get("max_concurrency_per_instance", 1)
             ),
@@ -280,6 +429,9 @@ class DeploymentSpec:
             "retry_timeout": retry.get("timeout", 30),
             "error_threshold": settings.get("error_threshold", data.get("error_threshold", -1)),
             "description": data.get("description"),
+            # compared as written; the entity sent is built by the SDK's own loader (relative paths, inline assets)
+            "environment": data.get("environment"),
+            "code_configuration": data.get("code_configuration"),
             "yaml_path": str(path),
             "yaml_type": str(data.get("type", "model")).lower(),
         }
@@ -298,6 +450,7 @@ class DeploymentSpec:
             if getattr(entity.model, "version", None) is None
             else f"azureml:{entity.model.name}:{entity.model.version}"
         )
+        threshold = getattr(settings, "error_threshold", None)
         return cls(
             endpoint_name=entity.endpoint_name,
             name=entity.name,
@@ -310,7 +463,9 @@ class DeploymentSpec:
             output_file_name=getattr(settings, "output_file_name", None) or "predictions.csv",
             max_retries=getattr(retry, "max_retries", 3) if retry else 3,
             retry_timeout=getattr(retry, "timeout", 30) if retry else 30,
+            error_threshold=-1 if threshold is None else threshold,
             instance_type=getattr(resources, "instance_type", None),
+            resource_properties=getattr(resources, "properties", None) or None,
             description=entity.description,
             environment=getattr(entity, "environment", None),
             code_configuration=getattr(entity, "code_configuration", None),
@@ -318,6 +473,8 @@ class DeploymentSpec:
 
     @classmethod
     def from_any(cls, deployment: Any = None, **kwargs: Any) -> DeploymentSpec:
+        known = [f.name for f in fields(cls) if f.name not in _DEPLOYMENT_INTERNAL]
+        reject_unknown_keys("Deployment arguments", kwargs, known)
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         if deployment is None:
             return cls(**kwargs)
@@ -338,15 +495,20 @@ class DeploymentSpec:
             ResourceConfiguration,
         )
 
-        resources = ResourceConfiguration(instance_count=self.instance_count, instance_type=self.instance_type)
+        resources = ResourceConfiguration(
+            instance_count=self.instance_count,
+            instance_type=self.instance_type,
+            properties=dict(self.resource_properties) if self.resource_properties else None,
+        )
+        as_written = self.yaml_path is not None  # YAML values are raw; the operator takes the loader's entities
         return ModelBatchDeployment(
             name=self.name,
             endpoint_name=self.endpoint_name,
             description=self.description,
             model=self.model[len("azureml:") :] if self.model.startswith("azureml:") else self.model,
             compute=short_name(self.compute),
-            environment=self.environment,
-            code_configuration=self.code_configuration,
+            environment=None if as_written else self.environment,
+            code_configuration=None if as_written else self.code_configuration,
             resources=resources,
             settings=ModelBatchDeploymentSettings(
                 max_concurrency_per_instance=self.max_concurrency_per_instance,
@@ -358,22 +520,64 @@ class DeploymentSpec:
             ),
         )
 
-    def differences(self, existing: Any) -> dict[str, tuple[Any, Any]]:
-        """Compare with an existing ``BatchDeployment`` read back from the service."""
-        retry = getattr(existing, "retry_settings", None)
+    def wanted_model(self, latest_model_version: str | None = None) -> str:
+        """``name:version``; ``@latest`` becomes the version the caller resolved (``name@latest`` if unknown)."""
+        name, version = model_ref(self.model)
+        if version is None:
+            version = latest_model_version
+        return f"{name}:{version}" if version is not None else f"{name}@latest"
+
+    def differences(self, existing: Any, *, latest_model_version: str | None = None) -> dict[str, tuple[Any, Any]]:
+        """Compare with an existing deployment as the service returns it: ``{setting: (existing, wanted)}``.
+
+        Every setting that changes what the deployment does counts (model name and version, environment,
+        code, compute, resources, mini-batch, retry, output and error settings); the description does not.
+        ``latest_model_version`` is the version ``@latest`` resolves to now, so a new model version counts.
+        """
+        settings = getattr(existing, "settings", None) or existing  # read back flat; entities nest settings
+        retry = getattr(settings, "retry_settings", None)
         resources = getattr(existing, "resources", None)
-        have_action = OUTPUT_ACTIONS.get(str(getattr(existing, "output_action", "")).lower().replace(" ", ""))
+        if isinstance(resources, Mapping):
+            res_count, res_type, res_props = (
+                resources.get("instance_count"),
+                resources.get("instance_type"),
+                resources.get("properties"),
+            )
+        else:
+            res_count = getattr(resources, "instance_count", None)
+            res_type = getattr(resources, "instance_type", None)
+            res_props = getattr(resources, "properties", None)
+        have_action = OUTPUT_ACTIONS.get(str(getattr(settings, "output_action", "")).lower().replace(" ", ""))
+        have_model_name, have_version = model_ref(existing.model)
+        have_threshold = getattr(settings, "error_threshold", None)
         checks = {
             "compute": (short_name(existing.compute or ""), short_name(self.compute)),
-            "model": (model_name(existing.model), model_name(self.model)),
-            "instance_count": (getattr(resources, "instance_count", None), self.instance_count),
-            "instance_type": (getattr(resources, "instance_type", None) or None, self.instance_type or None),
-            "max_concurrency_per_instance": (existing.max_concurrency_per_instance, self.max_concurrency_per_instance),
-            "mini_batch_size": (existing.mini_batch_size, self.mini_batch_size),
+            "model": (
+                f"{have_model_name}:{have_version}" if have_version else f"{have_model_name}@latest",
+                self.wanted_model(latest_model_version),
+            ),
+            "environment": (
+                asset_ref(getattr(existing, "environment", None), "environments"),
+                asset_ref(self.environment, "environments"),
+            ),
+            "code_configuration": (
+                code_ref(getattr(existing, "code_configuration", None)),
+                code_ref(self.code_configuration),
+            ),
+            "instance_count": (res_count, self.instance_count),
+            "instance_type": (res_type or None, self.instance_type or None),
+            "resource_properties": (dict(res_props or {}), dict(self.resource_properties or {})),
+            "max_concurrency_per_instance": (
+                getattr(settings, "max_concurrency_per_instance", None),
+                self.max_concurrency_per_instance,
+            ),
+            "mini_batch_size": (getattr(settings, "mini_batch_size", None), self.mini_batch_size),
             "output_action": (have_action, self.output_action),
-            "output_file_name": (existing.output_file_name, self.output_file_name),
+            "output_file_name": (getattr(settings, "output_file_name", None), self.output_file_name),
             "max_retries": (getattr(retry, "max_retries", None), self.max_retries),
             "retry_timeout": (getattr(retry, "timeout", None), self.retry_timeout),
+            # Azure's default is -1; the service may leave it out of what it returns
+            "error_threshold": (-1 if have_threshold is None else have_threshold, self.error_threshold),
         }
         return {k: v for k, v in checks.items() if v[0] != v[1]}
 
@@ -386,15 +590,70 @@ def short_name(ref: Any) -> str:
     return text.rstrip("/").rsplit("/", 1)[-1]
 
 
-def model_name(ref: Any) -> str:
+def _arm_name_version(text: str, collection: str) -> tuple[str, str | None] | None:
+    """``.../<collection>/<name>/versions/<version>`` -> ``(name, version)``; None when not such an id."""
+    marker = f"/{collection}/"
+    if marker not in text:
+        return None
+    parts = text.split(marker, 1)[1].strip("/").split("/")
+    return parts[0], parts[2] if len(parts) >= 3 and parts[1] == "versions" else None
+
+
+def model_ref(ref: Any) -> tuple[str, str | None]:
+    """``(name, version)`` of a model reference; version None for ``@latest`` or a bare name."""
     if ref is None:
-        return ""
+        return "", None
     if not isinstance(ref, str):
-        return str(getattr(ref, "name", ref))
+        version = getattr(ref, "version", None)
+        return str(getattr(ref, "name", ref)), None if version is None else str(version)
     text = ref[len("azureml:") :] if ref.startswith("azureml:") else ref
-    if "/models/" in text:
-        return text.split("/models/", 1)[1].split("/", 1)[0]
-    return text.split("@", 1)[0].split(":", 1)[0]
+    arm = _arm_name_version(text, "models")
+    if arm is not None:
+        return arm
+    if "@" in text:
+        return text.split("@", 1)[0], None
+    name, _, version = text.partition(":")
+    return name, version or None
+
+
+def asset_ref(value: Any, collection: str) -> Any:
+    """A comparable form of an environment (or code) reference: ``name:version`` for a registered asset.
+
+    An inline definition (a dict from YAML, or an anonymous entity) compares by its own content, so
+    against the service's registered id it always counts as a change: an update that may be needless,
+    never a change that is missed.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        text = value[len("azureml:") :] if value.startswith("azureml:") else value
+        arm = _arm_name_version(text, collection)
+        if arm is not None:
+            return f"{arm[0]}:{arm[1]}" if arm[1] else f"{arm[0]}@latest"
+        return text
+    name = value.get("name") if isinstance(value, Mapping) else getattr(value, "name", None)
+    version = value.get("version") if isinstance(value, Mapping) else getattr(value, "version", None)
+    anonymous = getattr(value, "_is_anonymous", False)
+    if name and not anonymous:
+        return f"{name}:{version}" if version is not None else f"{name}@latest"
+    if isinstance(value, Mapping):
+        return ("inline", tuple(sorted((str(k), str(v)) for k, v in value.items())))
+    return ("inline", getattr(value, "image", None), str(getattr(value, "conda_file", None)), id(value))
+
+
+def code_ref(value: Any) -> Any:
+    """``(code asset, scoring script)`` of a code configuration; a local folder compares as inline content."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        code, script = value.get("code"), value.get("scoring_script")
+    else:
+        code, script = getattr(value, "code", None), getattr(value, "scoring_script", None)
+    if isinstance(code, str) and not code.startswith(("azureml:", "/subscriptions/")):
+        code = ("local", code)  # uploaded on write: the service's id of it cannot be known before
+    elif code is not None:
+        code = asset_ref(code, "codes")
+    return code, script
 
 
 def _model_ref(value: Any) -> Any:

@@ -174,3 +174,203 @@ def test_entity_forms_become_the_same_specs_as_yaml() -> None:
         "retry_timeout",
     ):
         assert getattr(spec, field) == getattr(yaml_spec, field), field
+
+
+# ---------------------------------------------------------------- unknown keys are errors (issue 9, §6)
+@pytest.mark.parametrize(
+    ("typo", "nearest"),
+    [("teir", "tier"), ("max_instance", "max_instances"), ("min_instance", "min_instances")],
+)
+def test_unknown_cluster_yaml_key_names_file_key_and_nearest(tmp_path: Path, typo: str, nearest: str) -> None:
+    path = tmp_path / "cluster.yml"
+    path.write_text(f"name: low-pri-cluster\ntype: amlcompute\n{typo}: 2\n")
+    with pytest.raises(AzureMLConfigError) as err:
+        ClusterSpec.from_yaml(path)
+    text = str(err.value)
+    assert str(path) in text and repr(typo) in text and f"did you mean {nearest!r}" in text
+
+
+def test_cluster_yaml_with_teir_and_max_instance_is_not_a_one_node_dedicated_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yml"
+    path.write_text("name: low-pri-cluster\ntype: amlcompute\nteir: low_priority\nmax_instance: 4\n")
+    with pytest.raises(AzureMLConfigError, match="teir"):
+        ClusterSpec.from_any(str(path))
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key", "nearest"),
+    [
+        ("resources:\n  instance_cout: 2\n", "resources.instance_cout", "instance_count"),
+        ("settings:\n  mini_bach_size: 2\n", "settings.mini_bach_size", "mini_batch_size"),
+        ("settings:\n  retry_settings:\n    max_retry: 2\n", "settings.retry_settings.max_retry", "max_retries"),
+        ("modle: azureml:m@latest\n", "modle", "model"),
+    ],
+)
+def test_unknown_deployment_yaml_key(tmp_path: Path, yaml_text: str, key: str, nearest: str) -> None:
+    path = tmp_path / "deployment.yml"
+    path.write_text((SEED / "deployment.yml").read_text() + yaml_text)
+    with pytest.raises(AzureMLConfigError) as err:
+        DeploymentSpec.from_yaml(path)
+    text = str(err.value)
+    assert str(path) in text and repr(key) in text and f"did you mean {nearest!r}" in text
+
+
+def test_unknown_keyword_argument_is_a_config_error() -> None:
+    with pytest.raises(AzureMLConfigError, match=r"'teir'.*did you mean 'tier'"):
+        ClusterSpec.from_any(name="low-pri-cluster", teir="low_priority")
+    with pytest.raises(AzureMLConfigError, match=r"'mini_bach_size'.*did you mean 'mini_batch_size'"):
+        DeploymentSpec.from_any(**GOOD_DEPLOYMENT, mini_bach_size=2)
+
+
+# ---------------------------------------------------------------- validation holes (issue 9, §6; issue 10, §4)
+@pytest.mark.parametrize("label", ["mini_batch_size", "instance_count", "max_retries", "error_threshold"])
+def test_booleans_are_not_integers(label: str) -> None:
+    with pytest.raises(AzureMLConfigError, match=f"{label} must be an integer"):
+        DeploymentSpec(**{**GOOD_DEPLOYMENT, label: True})
+
+
+@pytest.mark.parametrize("value", [True, False, 1.5, "2", 0])
+def test_check_positive_int(value: object) -> None:
+    from airflow_azureml.specs import check_positive_int
+
+    with pytest.raises(AzureMLConfigError, match="mini_batch_size must be a positive integer"):
+        check_positive_int("mini_batch_size", value)
+    assert check_positive_int("mini_batch_size", 3) == 3
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", float("nan"), float("inf"), 0, -5, True, "soon"])
+def test_max_queue_time_must_be_finite_and_positive(value: object) -> None:
+    from airflow_azureml.specs import check_seconds
+
+    with pytest.raises(AzureMLConfigError, match="max_queue_time must be"):
+        check_seconds("max_queue_time", value)
+    assert check_seconds("max_queue_time", "3600") == 3600.0
+
+
+@pytest.mark.parametrize(
+    "name", ["../../../../x", "..", ".", "dir/p.csv", "dir\\p.csv", "", "p\x00.csv", "a" * 256, "p?.csv", " "]
+)
+def test_output_file_name_must_be_a_plain_file_name(name: str) -> None:
+    from airflow_azureml.specs import check_output_file_name
+
+    with pytest.raises(AzureMLConfigError, match="output_file_name"):
+        check_output_file_name(name)
+    with pytest.raises(AzureMLConfigError, match="output_file_name"):
+        DeploymentSpec(**{**GOOD_DEPLOYMENT, "output_file_name": name})
+    assert check_output_file_name("predictions-2026.csv") == "predictions-2026.csv"
+
+
+def test_instance_type_on_amlcompute_command_job_is_an_error() -> None:
+    from airflow_azureml.specs import check_instance_type_target
+
+    with pytest.raises(AzureMLConfigError, match="instance_type applies to Kubernetes compute only"):
+        check_instance_type_target("azureml:cpu-cluster", "cpularge", kubernetes=False)
+    check_instance_type_target("azureml:cpu-cluster", None, kubernetes=False)
+    check_instance_type_target("azureml:k8s-compute", "cpularge", kubernetes=True)
+
+
+# ---------------------------------------------------------------- every real change updates (issue 9, §6)
+def _read_back(**override: object) -> object:
+    """A ``BatchDeployment`` as ``ml.batch_deployments.get`` returns the seed deployment (ARM ids, flat settings)."""
+    from azure.ai.ml.entities import BatchDeployment, BatchRetrySettings, ResourceConfiguration
+
+    ws = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.MachineLearningServices/workspaces/ws"
+    values: dict = {
+        "name": "classifier-xgboost",
+        "endpoint_name": "heart-classifier-batch",
+        "model": f"{ws}/models/heart-classifier/versions/1",
+        "compute": f"{ws}/computes/low-pri-cluster",
+        "resources": ResourceConfiguration(instance_count=2),
+        "max_concurrency_per_instance": 2,
+        "mini_batch_size": 2,
+        "output_action": "append_row",
+        "output_file_name": "predictions.csv",
+        "retry_settings": BatchRetrySettings(max_retries=3, timeout=300),
+        "error_threshold": None,
+    }
+    values.update(override)
+    return BatchDeployment(**values)
+
+
+def test_unchanged_deployment_has_no_differences() -> None:
+    spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    assert spec.differences(_read_back(), latest_model_version="1") == {}
+    pinned = DeploymentSpec(**{**GOOD_DEPLOYMENT, "model": "azureml:heart-classifier:1"})
+    assert "model" not in pinned.differences(_read_back())
+
+
+def test_model_version_bump_is_a_difference() -> None:
+    spec = DeploymentSpec.from_any(str(SEED / "deployment.yml"), model="azureml:heart-classifier:2")
+    assert spec.differences(_read_back()) == {"model": ("heart-classifier:1", "heart-classifier:2")}
+    latest = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    assert latest.differences(_read_back(), latest_model_version="2") == {
+        "model": ("heart-classifier:1", "heart-classifier:2")
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "read_back", "key"),
+    [
+        ({"error_threshold": 5}, {}, "error_threshold"),
+        ({}, {"error_threshold": 10}, "error_threshold"),
+        ({"max_retries": 1}, {}, "max_retries"),
+        ({"retry_timeout": 60}, {}, "retry_timeout"),
+        ({"output_file_name": "scores.csv"}, {}, "output_file_name"),
+        ({"output_action": "summary_only"}, {}, "output_action"),
+        ({"compute": "azureml:dedicated-pool"}, {}, "compute"),
+        ({"instance_count": 3}, {}, "instance_count"),
+        ({"instance_type": "cpularge"}, {}, "instance_type"),
+        ({"environment": "azureml:sklearn-env:2"}, {}, "environment"),
+    ],
+)
+def test_each_real_change_is_a_difference(override: dict, read_back: dict, key: str) -> None:
+    spec = DeploymentSpec.from_any(str(SEED / "deployment.yml"), model="azureml:heart-classifier:1", **override)
+    assert list(spec.differences(_read_back(**read_back))) == [key]
+
+
+def test_environment_and_code_configuration_are_compared() -> None:
+    from azure.ai.ml.entities import CodeConfiguration
+
+    ws = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.MachineLearningServices/workspaces/ws"
+    have = _read_back(
+        environment=f"{ws}/environments/sklearn-env/versions/1",
+        code_configuration=CodeConfiguration(code=f"{ws}/codes/abc/versions/1", scoring_script="score.py"),
+    )
+    base = {"model": "azureml:heart-classifier:1", "environment": "azureml:sklearn-env:1"}
+    same = DeploymentSpec.from_any(
+        str(SEED / "deployment.yml"),
+        **base,
+        code_configuration=CodeConfiguration(code="azureml:abc:1", scoring_script="score.py"),
+    )
+    assert same.differences(have) == {}
+    other_script = replace_code(same, CodeConfiguration(code="azureml:abc:1", scoring_script="batch_driver.py"))
+    assert list(other_script.differences(have)) == ["code_configuration"]
+    assert list(DeploymentSpec.from_any(str(SEED / "deployment.yml"), **base).differences(have)) == [
+        "code_configuration"
+    ]
+
+
+def replace_code(spec: DeploymentSpec, code: object) -> DeploymentSpec:
+    from dataclasses import replace
+
+    return replace(spec, code_configuration=code)
+
+
+def test_description_alone_is_not_a_difference() -> None:
+    spec = DeploymentSpec.from_any(str(SEED / "deployment.yml"), model="azureml:heart-classifier:1")
+    assert spec.differences(_read_back(description="something else")) == {}
+
+
+def test_from_entity_keeps_error_threshold_and_resources() -> None:
+    from azure.ai.ml.entities import ModelBatchDeployment, ModelBatchDeploymentSettings, ResourceConfiguration
+
+    entity = ModelBatchDeployment(
+        name="classifier-xgboost",
+        endpoint_name="heart-classifier-batch",
+        model="azureml:heart-classifier:2",
+        compute="azureml:low-pri-cluster",
+        resources=ResourceConfiguration(instance_count=2, instance_type="cpularge"),
+        settings=ModelBatchDeploymentSettings(mini_batch_size=2, error_threshold=7),
+    )
+    spec = DeploymentSpec.from_any(entity)
+    assert (spec.error_threshold, spec.instance_type, spec.model) == (7, "cpularge", "azureml:heart-classifier:2")
