@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 _KNOWN: set[str] = set()
 _LOCK = threading.Lock()
+# Names under which secrets travel in JSON, Python reprs, query strings and connection strings.
+_SECRET_KEY = (
+    r"(?:client[_-]?secret|password|passwd|access[_-]?token|refresh[_-]?token|id[_-]?token|"
+    r"api[_-]?key|sas[_-]?token|shared[_-]?access[_-]?key|secret)"
+)
 _PATTERNS = [
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    # "password": "pass word" / 'secret': 'a b' -- the whole quoted value, spaces and escapes included
+    re.compile(rf"(?i)({_SECRET_KEY}[\"']?\s*[:=]\s*)(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')"),
+    # password=pass word&x=1 / refresh_token: a b  -- unquoted, up to the next separator or line end
+    re.compile(rf"(?i)({_SECRET_KEY}\s*[:=]\s*)(?![\"'\s])[^&;,}}\]\r\n\"']+"),
+    re.compile(r"(?i)(\bbearer\s+)[^\s\"',;]+"),
+    re.compile(r"(?i)([?&;]sig=)[^&\s\"'<>]+"),  # SAS signature
+    re.compile(r"(?i)(\bAccountKey=)[^;\s\"']+"),  # storage connection string
+    re.compile(r"(?i)(\bSharedAccessSignature=)[^;\s\"']+"),
     re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),  # JWT-shaped tokens
-    re.compile(r"(?i)((?:client_secret|password|access_token|secret)[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,}]+"),
 ]
 REDACTED = "***"
 
@@ -29,12 +41,36 @@ def mask(secret: str) -> None:
         pass
 
 
-def scrub(text: str) -> str:
-    """Remove registered secrets, bearer tokens and ``secret=...`` pairs from a message."""
+def _replace(match: re.Match[str]) -> str:
+    if not match.groups():
+        return REDACTED
+    value = match.group(2) if match.re.groups >= 2 else ""
+    quote = value[:1] if value[:1] in ("'", '"') else ""
+    return match.group(1) + quote + REDACTED + quote
+
+
+def scrub(text: str, limit: int | None = None) -> str:
+    """Remove registered secrets, tokens, SAS signatures, account keys and ``secret=...`` pairs.
+
+    ``limit`` truncates *after* scrubbing: cutting first could leave the start of a secret that
+    straddles the cut, which then no longer matches anything.
+    """
+    text = str(text)
     with _LOCK:
         known = sorted(_KNOWN, key=len, reverse=True)
     for secret in known:
         text = text.replace(secret, REDACTED)
     for pattern in _PATTERNS:
-        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
+        text = pattern.sub(_replace, text)
+    if limit is not None and len(text) > limit:
+        text = text[: max(limit - 3, 0)] + "..."
     return text
+
+
+def yaml_error_summary(exc: Any) -> str:
+    """Where and why a YAML document is malformed, without PyYAML's quote of the offending line."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    problem = re.sub(r"'[^']*'|\"[^\"]*\"", "'...'", str(problem))  # e.g. "found undefined alias '<text>'"
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"

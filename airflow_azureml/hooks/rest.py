@@ -56,7 +56,7 @@ def _check(status: int, headers: Any, text: str, what: str) -> None:
         return
     if status == 404:
         raise ResourceNotFound(f"{what}: not found")
-    detail = scrub(text[:500])
+    detail = scrub(text, limit=500)  # scrub first: a cut could leave part of a secret
     if status in TRANSIENT_STATUS:
         raise TransientRestError(f"{what}: HTTP {status}: {detail}", _retry_after(headers))
     raise AzureMLError(f"{what}: HTTP {status}: {detail}")
