@@ -147,7 +147,6 @@ class Routes:
                 "publicNetworkAccess": "Enabled",
                 "v1LegacyMode": False,
                 "mlFlowTrackingUri": f"azureml://{self.location}.api.azureml.ms/mlflow/v1.0{self.ws_id}",
-                "creationTime": now.isoformat(),
             },
             "systemData": {"createdAt": now.isoformat(), "createdBy": "emulator", "createdByType": "Application"},
         }
