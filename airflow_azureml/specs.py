@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.redaction import yaml_error_summary
 
 # Azure ML naming rules (compute clusters, batch endpoints/deployments, jobs).
 COMPUTE_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,14}[a-zA-Z0-9]$")
@@ -87,7 +88,7 @@ def read_yaml(path: str | Path, kind: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
-        raise AzureMLConfigError(f"{kind} YAML file {str(p)!r} is not valid YAML: {exc}") from None
+        raise AzureMLConfigError(f"{kind} YAML file {str(p)!r} is not valid YAML: {yaml_error_summary(exc)}.") from None
     if not isinstance(data, dict):
         raise AzureMLConfigError(f"{kind} YAML file {str(p)!r} must contain a mapping at the top level.")
     return data

@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.instance_types import GROUP, PLURAL, VERSION, InstanceType, load_instance_types
+from airflow_azureml.redaction import mask, scrub, yaml_error_summary
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -123,11 +124,15 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
             try:
                 content = yaml.safe_load(content)  # JSON is YAML too
             except yaml.YAMLError as exc:
-                raise AzureMLConfigError(f"{where}: kube_config is neither JSON nor YAML: {exc}") from None
+                # PyYAML's message quotes the offending line, which may hold the token: never pass it on
+                raise AzureMLConfigError(
+                    f"{where}: kube_config is neither JSON nor YAML ({yaml_error_summary(exc)})."
+                ) from None
         if not isinstance(content, Mapping):
             raise AzureMLConfigError(
                 f"{where}: kube_config must be a kubeconfig mapping, not {type(content).__name__}."
             )
+        _mask_kubeconfig_secrets(content)
         return None, dict(content), context
 
     def _api_client(self) -> ApiClient:
@@ -146,7 +151,9 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
                     config_dict=content, context=context, persist_config=False
                 )
         except ConfigException as exc:
-            raise AzureMLConfigError(f"Invalid kubeconfig: {exc}") from None
+            raise AzureMLConfigError(f"Invalid kubeconfig: {scrub(str(exc))}") from None
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a malformed entry: its text may be a secret
+            raise AzureMLConfigError(f"Invalid kubeconfig: a malformed entry ({type(exc).__name__}).") from None
         if not api_client.configuration.verify_ssl:
             api_client.close()
             raise AzureMLConfigError(
@@ -221,6 +228,19 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
                     continue
                 raise _api_error(exc, name, host) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+_KUBECONFIG_SECRETS = ("token", "password", "client-key-data", "client-certificate-data")
+
+
+def _mask_kubeconfig_secrets(content: Mapping[str, Any]) -> None:
+    """Register the kubeconfig's credentials, so that no later log line or error can show them."""
+    for entry in content.get("users") or []:
+        user = entry.get("user") if isinstance(entry, Mapping) else None
+        if isinstance(user, Mapping):
+            for key in _KUBECONFIG_SECRETS:
+                if isinstance(user.get(key), str):
+                    mask(user[key])
 
 
 def _normalised_spec(obj: Mapping[str, Any]) -> Any:

@@ -65,3 +65,30 @@ def test_yaml_error_summary_quotes_no_line_of_the_document() -> None:
     assert token[:16] in str(err.value)  # PyYAML's own message quotes the line: why we never use it
     summary = yaml_error_summary(err.value)
     assert token[:8] not in summary and "line" in summary
+
+
+@pytest.mark.parametrize(
+    "kube_config",
+    [
+        "apiVersion: v1\nusers:\n- name: u\n  user:\n    token: {token}\n  bad: [unclosed {token}\n",
+        "apiVersion: v1\nusers:\n- user:\n    token: {token}\n   bad: {token}\n",
+        "token: {token}\n  x: : {token}\n",
+    ],
+)
+def test_malformed_kube_config_puts_no_line_of_it_in_the_error(
+    kube_config: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+
+    from airflow_azureml.exceptions import AzureMLConfigError
+    from airflow_azureml.operators.kubernetes import AzureMLApplyInstanceTypesOperator
+
+    token = "sha256~kubeconfig-token-abcdef0123456789"
+    extra = {"kube_config": kube_config.format(token=token)}
+    monkeypatch.setenv("AIRFLOW_CONN_K8S_BROKEN", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    op = AzureMLApplyInstanceTypesOperator(task_id="apply", instance_types=[], kubernetes_conn_id="k8s_broken")
+    with pytest.raises(AzureMLConfigError) as err:
+        op._kube_settings()
+    assert "kube_config" in str(err.value)
+    for text in (str(err.value), repr(err.value), caplog.text):
+        assert token[:14] not in text and "kubeconfig-token" not in text
