@@ -1,7 +1,9 @@
 """Test harness: an isolated Airflow home, a real metadata DB, and a fresh emulator per test.
 
-Airflow reads its configuration from the environment at import time, so this file sets it
-before anything imports ``airflow``.
+Airflow reads its configuration from the environment at import time, so ``pytest_configure``
+sets it before any test module imports ``airflow``. Everything the suite writes lives under
+pytest's own temporary directory (``--basetemp``, by default ``/tmp/pytest-of-<user>/``), so a
+run leaves nothing behind elsewhere; ``.ci/run`` checks that.
 """
 
 from __future__ import annotations
@@ -12,35 +14,44 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-_HOME = Path(tempfile.mkdtemp(prefix="airflow-azureml-tests-"))
-DAGS_FOLDER = _HOME / "dags"
-DAGS_FOLDER.mkdir()
-os.environ.update(
-    {
-        "AIRFLOW_HOME": str(_HOME),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False",
-    }
-)
-for source in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "dags").glob("*.py")]:
-    shutil.copy(source, DAGS_FOLDER / source.name)
-shutil.copytree(REPO / "dags" / "azureml", DAGS_FOLDER / "azureml")
-shutil.copy(REPO / "dags" / ".airflowignore", DAGS_FOLDER / ".airflowignore")
-sys.path.insert(0, str(DAGS_FOLDER))  # as Airflow does for DAG files: shared modules next to them import
+from airflow_azureml.emulator import Emulator, Timing
 
-from airflow_azureml.emulator import Emulator, Timing  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+_HOME = Path()  # set by pytest_configure, under pytest's temporary directory
+DAGS_FOLDER = Path()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own tmpdir plugin has set up its temp path factory
+def pytest_configure(config: pytest.Config) -> None:
+    global _HOME, DAGS_FOLDER
+    _HOME = config._tmp_path_factory.mktemp("airflow-home", numbered=False)  # type: ignore[attr-defined]
+    DAGS_FOLDER = _HOME / "dags"
+    DAGS_FOLDER.mkdir()
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(_HOME),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False",
+            # kubectl caches API discovery in ~/.kube/cache unless told otherwise
+            "KUBECACHEDIR": str(_HOME / "kube-cache"),
+        }
+    )
+    for source in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "dags").glob("*.py")]:
+        shutil.copy(source, DAGS_FOLDER / source.name)
+    shutil.copytree(REPO / "dags" / "azureml", DAGS_FOLDER / "azureml")
+    shutil.copy(REPO / "dags" / ".airflowignore", DAGS_FOLDER / ".airflowignore")
+    sys.path.insert(0, str(DAGS_FOLDER))  # as Airflow does for DAG files: shared modules next to them import
+
 
 FAST = Timing(provisioning=0.02, node_startup=0.05, mini_batch=0.03, command_job=0.2, tick=0.01)
 
