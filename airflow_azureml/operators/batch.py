@@ -8,6 +8,7 @@ from typing import Any
 from airflow_azureml import naming
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.operators.base import AzureMLBaseOperator
+from airflow_azureml.operators.compute import DEFAULT_WAIT_TIMEOUT, wait_for_lro
 from airflow_azureml.operators.job_base import AzureMLJobOperatorBase
 from airflow_azureml.redaction import scrub
 from airflow_azureml.specs import (
@@ -15,6 +16,7 @@ from airflow_azureml.specs import (
     check_data_uri,
     check_deployment_name,
     check_endpoint_name,
+    model_ref,
     short_name,
 )
 
@@ -23,8 +25,14 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
     """Create or update a batch endpoint and a model deployment on it, idempotently.
 
     Give the deployment as keyword arguments, a ``ModelBatchDeployment`` entity, or the az ml
-    CLI YAML path (the source documents' ``deployment.yml`` works as written). A deployment
-    that already has the wanted settings is left untouched (no PUT).
+    CLI YAML path (the source documents' ``deployment.yml`` works as written). An unknown key
+    in the YAML or the arguments fails before any API call, naming the nearest known key.
+
+    The deployment is updated when any setting that changes what it does differs from what the
+    service has: the model name or version (``@latest`` is resolved to today's latest version),
+    environment, code configuration, compute, instance count/type, resources, mini-batch,
+    retry, output and ``error_threshold`` settings. Otherwise it is left untouched (no PUT).
+    Every long-running write waits at most ``wait_timeout`` seconds.
     """
 
     template_fields: Sequence[str] = ("endpoint_name", "name", "deployment", "model", "compute")
@@ -45,12 +53,20 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         output_file_name: str | None = None,
         max_retries: int | None = None,
         retry_timeout: int | None = None,
+        error_threshold: int | None = None,
+        environment: Any = None,
+        code_configuration: Any = None,
         endpoint_description: str | None = None,
         set_default: bool = True,
         instance_types: Any = None,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.error_threshold = error_threshold
+        self.environment = environment
+        self.code_configuration = code_configuration
+        self.wait_timeout = wait_timeout
         self.instance_types = instance_types
         self.endpoint_name = endpoint_name
         self.name = name
@@ -83,6 +99,9 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
             output_file_name=self.output_file_name,
             max_retries=self.max_retries,
             retry_timeout=self.retry_timeout,
+            error_threshold=self.error_threshold,
+            environment=self.environment,
+            code_configuration=self.code_configuration,
         )
 
     def check_kubernetes(self, spec: DeploymentSpec) -> None:
@@ -112,23 +131,46 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
 
         ml = self.hook.get_conn()
         changed = False
-        try:
-            endpoint = ml.batch_endpoints.get(spec.endpoint_name)
-        except ResourceNotFoundError:
+        endpoint = self._get_endpoint(ml, spec.endpoint_name)
+        if endpoint is None:
             self.log.info("Creating batch endpoint %s.", spec.endpoint_name)
-            endpoint = ml.batch_endpoints.begin_create_or_update(
-                BatchEndpoint(name=spec.endpoint_name, description=self.endpoint_description)
-            ).result()
+            endpoint = self._wait(
+                ml.batch_endpoints.begin_create_or_update(
+                    BatchEndpoint(name=spec.endpoint_name, description=self.endpoint_description)
+                ),
+                f"Creating batch endpoint {spec.endpoint_name!r}",
+                lambda: self._settled(self._get_endpoint(ml, spec.endpoint_name)),
+            )
             changed = True
         try:
             existing = ml.batch_deployments.get(name=spec.name, endpoint_name=spec.endpoint_name)
         except ResourceNotFoundError:
             existing = None
-        diffs = spec.differences(existing) if existing is not None else {"deployment": (None, spec.name)}
+        latest = self._latest_model_version(ml, spec)
+        diffs = (
+            spec.differences(existing, latest_model_version=latest)
+            if existing is not None
+            else {"deployment": (None, spec.name)}
+        )
         if diffs:
             self.log.info("Creating/updating deployment %s/%s: %s", spec.endpoint_name, spec.name, diffs)
+
+            def deployment_done() -> tuple[bool, Any]:
+                try:
+                    current = ml.batch_deployments.get(name=spec.name, endpoint_name=spec.endpoint_name)
+                except ResourceNotFoundError:
+                    return False, None
+                done, _ = self._settled(current)
+                return done and not spec.differences(current, latest_model_version=latest), current
+
             try:
-                ml.batch_deployments.begin_create_or_update(self._entity(spec)).result()
+                self._wait(
+                    ml.batch_deployments.begin_create_or_update(self._entity(spec)),
+                    f"Deployment {spec.endpoint_name}/{spec.name}",
+                    deployment_done,
+                )
+            except AzureMLError:
+                raise
             except Exception as exc:
                 raise AzureMLError(f"Deployment {spec.endpoint_name}/{spec.name} failed: {scrub(str(exc))}") from None
             changed = True
@@ -139,7 +181,18 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
             self.log.info("Making %s the default deployment of %s.", spec.name, spec.endpoint_name)
             endpoint = ml.batch_endpoints.get(spec.endpoint_name)
             endpoint.defaults = {"deployment_name": spec.name}
-            ml.batch_endpoints.begin_create_or_update(endpoint).result()
+
+            def default_set() -> tuple[bool, Any]:
+                current = self._get_endpoint(ml, spec.endpoint_name)
+                done, _ = self._settled(current)
+                name = getattr(getattr(current, "defaults", None), "deployment_name", None)
+                return done and name == spec.name, current
+
+            self._wait(
+                ml.batch_endpoints.begin_create_or_update(endpoint),
+                f"Setting the default deployment of {spec.endpoint_name!r}",
+                default_set,
+            )
             changed = True
         return {
             "endpoint_name": spec.endpoint_name,
@@ -147,6 +200,37 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
             "changed": changed,
             "compute": short_name(spec.compute),
         }
+
+    def _wait(self, poller: Any, what: str, probe: Any) -> Any:
+        return wait_for_lro(poller, what=what, timeout=self.wait_timeout, interval=self.polling.interval, probe=probe)
+
+    @staticmethod
+    def _get_endpoint(ml: Any, name: str) -> Any:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return ml.batch_endpoints.get(name)
+        except ResourceNotFoundError:
+            return None
+
+    @staticmethod
+    def _settled(resource: Any) -> tuple[bool, Any]:
+        """``(done, resource)`` from the resource's own provisioning state."""
+        state = str(getattr(resource, "provisioning_state", "") or "")
+        if state.lower() in ("failed", "canceled"):
+            raise AzureMLError(f"{getattr(resource, 'name', 'resource')!r} ended in provisioning state {state}.")
+        return resource is not None and state.lower() == "succeeded", resource
+
+    def _latest_model_version(self, ml: Any, spec: DeploymentSpec) -> str | None:
+        """Today's version behind ``@latest``, so that registering a new one updates the deployment."""
+        name, version = model_ref(spec.model)
+        if version is not None or not name:
+            return None
+        try:
+            return str(ml.models.get(name=name, label="latest").version)
+        except Exception as exc:  # unknown: the comparison then counts the model as changed
+            self.log.warning("Could not resolve %s@latest: %s", name, scrub(str(exc)))
+            return None
 
     @staticmethod
     def _entity(spec: DeploymentSpec) -> Any:
@@ -159,8 +243,12 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
 
             loader = load_model_batch_deployment if spec.yaml_type == "model" else load_batch_deployment
             loaded = loader(source=spec.yaml_path)
-            entity.environment = entity.environment or getattr(loaded, "environment", None)
-            entity.code_configuration = entity.code_configuration or getattr(loaded, "code_configuration", None)
+            written = DeploymentSpec.from_yaml(spec.yaml_path)  # an override replaces what the YAML says
+            env, code = spec.environment, spec.code_configuration
+            entity.environment = getattr(loaded, "environment", None) if env == written.environment else env
+            entity.code_configuration = (
+                getattr(loaded, "code_configuration", None) if code == written.code_configuration else code
+            )
         return entity
 
 

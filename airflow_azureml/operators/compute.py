@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
@@ -12,6 +12,40 @@ from airflow_azureml.redaction import scrub
 from airflow_azureml.specs import ClusterSpec, check_compute_name
 
 IF_EXISTS = ("update", "skip", "fail")
+DEFAULT_WAIT_TIMEOUT = 1800.0
+
+
+def wait_for_lro(
+    poller: Any,
+    *,
+    what: str,
+    timeout: float,
+    interval: float = 5.0,
+    probe: Callable[[], tuple[bool, Any]] | None = None,
+) -> Any:
+    """Wait for an SDK long-running operation, never longer than ``timeout`` seconds.
+
+    The SDK's poller sleeps as long as the service's ``Retry-After`` says (a day, if it says so), and
+    ``result(timeout=...)`` quietly returns an unfinished result. So wait in slices of ``interval`` and,
+    between them, ask ``probe`` (one GET of the resource) whether it has reached the wanted state: the
+    resource's own state ends the wait, whatever the operation's ``Retry-After``. On timeout the write
+    may still finish in Azure; the next try reads the resource's state before writing anything.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        poller.wait(timeout=max(0.0, min(interval, remaining)))  # re-raises the operation's own failure
+        if poller.done():
+            return poller.result()
+        if probe is not None:
+            finished, value = probe()
+            if finished:
+                return value
+        if time.monotonic() >= deadline:
+            raise AzureMLError(
+                f"{what} did not finish within {timeout:g}s. It may still finish in Azure; "
+                "a retry reads its state before writing anything again."
+            )
 
 
 class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
@@ -42,7 +76,7 @@ class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
         location: str | None = None,
         identity: Any = None,
         if_exists: str = "update",
-        wait_timeout: float = 1800.0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -82,7 +116,7 @@ class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
             existing = self._wait_provisioned(ml, spec.name)
         if existing is not None and existing.provisioning_state == "Failed":
             self.log.warning("Cluster %s is in Failed state; deleting and creating it again.", spec.name)
-            ml.compute.begin_delete(spec.name).result()
+            self._delete(ml, spec.name)
             existing = None
         if existing is None:
             self.log.info(
@@ -124,10 +158,37 @@ class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
             entity.name = spec.name
             if spec.location:
                 entity.location = spec.location
+
+        def probe() -> tuple[bool, Any]:
+            current = self._get(ml, spec.name)
+            if current is None or current.provisioning_state in ("Creating", "Updating"):
+                return False, None
+            if current.provisioning_state == "Failed":
+                raise AzureMLError(f"Creating cluster {spec.name!r} failed: its provisioning state is Failed.")
+            return current.provisioning_state == "Succeeded" and not spec.differences(current), current
+
         try:
-            return ml.compute.begin_create_or_update(entity).result(timeout=self.wait_timeout)
+            poller = ml.compute.begin_create_or_update(entity)
+            return wait_for_lro(
+                poller,
+                what=f"Creating cluster {spec.name!r}",
+                timeout=self.wait_timeout,
+                interval=self.polling.interval,
+                probe=probe,
+            )
+        except AzureMLError:
+            raise
         except Exception as exc:
             raise AzureMLError(f"Creating cluster {spec.name!r} failed: {scrub(str(exc))}") from None
+
+    def _delete(self, ml: Any, name: str) -> None:
+        wait_for_lro(
+            ml.compute.begin_delete(name),
+            what=f"Deleting cluster {name!r}",
+            timeout=self.wait_timeout,
+            interval=self.polling.interval,
+            probe=lambda: (self._get(ml, name) is None, None),
+        )
 
     def _get(self, ml: Any, name: str) -> Any:
         from azure.core.exceptions import ResourceNotFoundError
@@ -144,7 +205,7 @@ class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
             current = self._get(ml, name)
             if current is None or current.provisioning_state not in ("Creating", "Updating"):
                 return current
-            time.sleep(delay)
+            time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
         raise AzureMLError(f"Cluster {name!r} did not finish provisioning within {self.wait_timeout}s.")
 
     @staticmethod
@@ -166,10 +227,13 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
 
     template_fields: Sequence[str] = ("name",)
 
-    def __init__(self, *, name: str, wait: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, *, name: str, wait: bool = True, wait_timeout: float = DEFAULT_WAIT_TIMEOUT, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.name = name
         self.wait = wait
+        self.wait_timeout = wait_timeout
 
     def execute(self, context: Any) -> bool:
         check_compute_name(self.name)
@@ -183,7 +247,21 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
             return False
         poller = ml.compute.begin_delete(self.name)
         if self.wait:
-            poller.result()
+
+            def gone() -> tuple[bool, None]:
+                try:
+                    ml.compute.get(self.name)
+                except ResourceNotFoundError:
+                    return True, None
+                return False, None
+
+            wait_for_lro(
+                poller,
+                what=f"Deleting compute {self.name!r}",
+                timeout=self.wait_timeout,
+                interval=self.polling.interval,
+                probe=gone,
+            )
         self.log.info("Deleted compute %s.", self.name)
         return True
 
@@ -197,11 +275,20 @@ class AzureMLAttachKubernetesComputeOperator(AzureMLBaseOperator):
 
     template_fields: Sequence[str] = ("name", "resource_id", "namespace")
 
-    def __init__(self, *, name: str, resource_id: str, namespace: str = "default", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        resource_id: str,
+        namespace: str = "default",
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.name = name
         self.resource_id = resource_id
         self.namespace = namespace
+        self.wait_timeout = wait_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
         check_compute_name(self.name)
@@ -226,7 +313,24 @@ class AzureMLAttachKubernetesComputeOperator(AzureMLBaseOperator):
                 self.log.info("Kubernetes compute %s is already attached.", self.name)
                 return {"name": self.name, "changed": False}
         self.log.info("Attaching Kubernetes cluster %s as compute %s.", self.resource_id, self.name)
-        ml.compute.begin_create_or_update(
-            KubernetesCompute(name=self.name, resource_id=self.resource_id, namespace=self.namespace)
-        ).result()
+
+        def attached() -> tuple[bool, None]:
+            try:
+                current = ml.compute.get(self.name)
+            except ResourceNotFoundError:
+                return False, None
+            if current.provisioning_state == "Failed":
+                raise AzureMLError(f"Attaching Kubernetes compute {self.name!r} failed: provisioning state Failed.")
+            same = (current.resource_id or "").lower() == self.resource_id.lower()
+            return current.provisioning_state == "Succeeded" and same and current.namespace == self.namespace, None
+
+        wait_for_lro(
+            ml.compute.begin_create_or_update(
+                KubernetesCompute(name=self.name, resource_id=self.resource_id, namespace=self.namespace)
+            ),
+            what=f"Attaching Kubernetes compute {self.name!r}",
+            timeout=self.wait_timeout,
+            interval=self.polling.interval,
+            probe=attached,
+        )
         return {"name": self.name, "changed": True}

@@ -1,0 +1,148 @@
+"""Idempotent resources see every real change, and every long-running write has a bounded wait.
+
+Real ``MLClient`` and azure-identity credentials over HTTPS against the emulator (issue 9, §6 and §1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_azureml.emulator import Emulator, Timing
+from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
+from airflow_azureml.operators import (
+    AzureMLCreateBatchDeploymentOperator,
+    AzureMLCreateComputeClusterOperator,
+    AzureMLDeleteComputeOperator,
+)
+from tests.conftest import FAST
+
+SEED = Path(__file__).resolve().parents[2] / "dags" / "azureml"
+ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-xgboost"
+
+
+def writes(emulator: Emulator, contains: str) -> int:
+    return sum(1 for r in emulator.requests() if r["method"] in ("PUT", "PATCH") and contains in r["path"])
+
+
+def deployment_body(emulator: Emulator) -> dict[str, Any]:
+    return emulator.call(lambda: emulator.workspace.deployments[(ENDPOINT, DEPLOYMENT)].body["properties"])
+
+
+def deploy(**kwargs: Any) -> dict[str, Any]:
+    op = AzureMLCreateBatchDeploymentOperator(
+        task_id="deploy", deployment=str(SEED / "deployment.yml"), set_default=False, **kwargs
+    )
+    return op.execute({})
+
+
+@pytest.fixture
+def deployed(emulator: Emulator, azureml_conn: dict[str, Any]) -> Emulator:
+    for path in ("low-pri-cluster.yml", "dedicated-pool.yml"):
+        AzureMLCreateComputeClusterOperator(task_id="c", compute=str(SEED / path)).execute({})
+    assert deploy()["changed"] is True
+    assert deployment_body(emulator)["model"]["assetId"].endswith("/models/heart-classifier/versions/1")
+    return emulator
+
+
+def test_unchanged_deployment_is_not_written(deployed: Emulator) -> None:
+    before = writes(deployed, "/deployments/")
+    assert deploy()["changed"] is False
+    assert writes(deployed, "/deployments/") == before
+
+
+def test_pinned_model_version_bump_updates_the_deployment(deployed: Emulator) -> None:
+    deployed.call(lambda: deployed.workspace.register_model("heart-classifier", "2"))
+    before = writes(deployed, "/deployments/")
+    assert deploy(model="azureml:heart-classifier:2")["changed"] is True
+    assert writes(deployed, "/deployments/") == before + 1
+    assert deployment_body(deployed)["model"]["assetId"].endswith("/models/heart-classifier/versions/2")
+    assert deploy(model="azureml:heart-classifier:2")["changed"] is False  # and then it is settled
+
+
+def test_new_latest_model_version_updates_an_at_latest_deployment(deployed: Emulator) -> None:
+    deployed.call(lambda: deployed.workspace.register_model("heart-classifier", "2"))
+    assert deploy()["changed"] is True  # the YAML says @latest, and latest is now 2
+    assert deployment_body(deployed)["model"]["assetId"].endswith("/versions/2")
+    assert deploy()["changed"] is False
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "value"),
+    [
+        ({"error_threshold": 5}, "errorThreshold", 5),
+        ({"max_retries": 1}, "retrySettings", {"maxRetries": 1, "timeout": "PT5M"}),
+        ({"output_file_name": "scores.csv"}, "outputFileName", "scores.csv"),
+        ({"compute": "azureml:dedicated-pool"}, "compute", "dedicated-pool"),
+        ({"instance_count": 1}, "resources", {"instanceCount": 1}),
+    ],
+)
+def test_each_real_change_updates_the_deployment(deployed: Emulator, change: dict, field: str, value: Any) -> None:
+    before = writes(deployed, "/deployments/")
+    assert deploy(**change)["changed"] is True
+    assert writes(deployed, "/deployments/") == before + 1
+    got = deployment_body(deployed)[field]
+    if isinstance(value, dict):
+        assert {k: got.get(k) for k in value} == value
+    elif field == "compute":
+        assert got.endswith(f"/computes/{value}")
+    else:
+        assert got == value
+    assert deploy(**change)["changed"] is False
+
+
+def test_unknown_key_in_deployment_yaml_fails_before_any_request(deployed: Emulator, tmp_path: Path) -> None:
+    path = tmp_path / "deployment.yml"
+    path.write_text((SEED / "deployment.yml").read_text().replace("mini_batch_size", "mini_bach_size"))
+    seen = len(deployed.requests())
+    with pytest.raises(AzureMLConfigError, match=r"'settings.mini_bach_size'.*did you mean 'mini_batch_size'"):
+        AzureMLCreateBatchDeploymentOperator(task_id="d", deployment=str(path)).execute({})
+    assert len(deployed.requests()) == seen
+
+
+def test_unknown_key_in_cluster_yaml_fails_before_any_request(emulator: Emulator, azureml_conn: Any, tmp_path: Path):
+    path = tmp_path / "cluster.yml"
+    path.write_text((SEED / "low-pri-cluster.yml").read_text().replace("tier:", "teir:"))
+    seen = len(emulator.requests())
+    with pytest.raises(AzureMLConfigError, match=r"cluster.yml.*'teir'.*did you mean 'tier'"):
+        AzureMLCreateComputeClusterOperator(task_id="c", compute=str(path)).execute({})
+    assert len(emulator.requests()) == seen
+
+
+# ----------------------------------------------------------------------------- bounded LRO waits
+@pytest.fixture
+def slow_lro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
+    """An emulator whose long-running operations answer ``Retry-After: 86400``."""
+    with Emulator(tmp_path / "slow", timing=FAST, lro_retry_after="86400") as emu:
+        monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", emu.connection_info()["airflow_conn_json"])
+        yield emu
+
+
+@pytest.mark.timeout(90)
+def test_retry_after_a_day_does_not_hold_creates_updates_or_deletes(slow_lro: Emulator) -> None:
+    polling = {"interval": 0.2, "max_interval": 1.0}
+    cluster = AzureMLCreateComputeClusterOperator(
+        task_id="c", compute=str(SEED / "low-pri-cluster.yml"), polling=polling
+    )
+    assert cluster.execute({})["provisioning_state"] == "Succeeded"
+    op = AzureMLCreateBatchDeploymentOperator(task_id="d", deployment=str(SEED / "deployment.yml"), polling=polling)
+    assert op.execute({})["changed"] is True
+    assert AzureMLDeleteComputeOperator(task_id="x", name="low-pri-cluster", polling=polling).execute({}) is True
+    assert slow_lro.call(lambda: "low-pri-cluster" not in slow_lro.workspace.computes)
+
+
+@pytest.mark.timeout(90)
+def test_create_that_never_finishes_times_out_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never = Timing(provisioning=3600, node_startup=0.05, mini_batch=0.03, command_job=0.2, tick=0.01)
+    with Emulator(tmp_path / "never", timing=never) as emu:
+        monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", emu.connection_info()["airflow_conn_json"])
+        op = AzureMLCreateComputeClusterOperator(
+            task_id="c", compute=str(SEED / "low-pri-cluster.yml"), wait_timeout=1.0, polling={"interval": 0.2}
+        )
+        with pytest.raises(AzureMLError, match="did not finish within"):
+            op.execute({})
