@@ -9,7 +9,8 @@ create, read, list, patch, replace and delete them with a kubeconfig whose ``ser
 - Cluster ``X`` is the Kubernetes compute ``X`` of the workspace: its objects appear in the compute's ARM
   JSON (``properties.properties.instanceTypes``) and in the instance-type checks of jobs and deployments.
   A cluster exists before it is attached (objects applied to it are kept and show up on attach).
-- Bodies are validated with ``airflow_azureml.instance_types``; a bad one gets ``422 Invalid``.
+- Bodies are validated with the emulator's own copy of Azure's rules (``emulator.azure_rules``, never the
+  provider's code); a bad one gets ``422 Invalid``.
 - ``resourceVersion`` changes only when the stored object changes (spec, labels, annotations), and
   ``generation`` only when the spec changes, as in Kubernetes: a no-op update is observable.
 - Errors are Kubernetes ``Status`` objects (404 NotFound, 409 AlreadyExists/Conflict, 422 Invalid...).
@@ -25,12 +26,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
 
-from airflow_azureml.instance_types import (
+from airflow_azureml.emulator.azure_rules import (
     API_VERSION,
     DEFAULT_NAME,
     GROUP,
@@ -38,12 +39,20 @@ from airflow_azureml.instance_types import (
     LIST_KIND,
     PLURAL,
     VERSION,
-    InstanceType,
-    load_instance_types,
+    InstanceTypeRecord,
+    RuleViolation,
+    check_instance_type,
 )
 
-if TYPE_CHECKING:
-    from airflow_azureml.emulator.runtime import Workspace
+
+class ClusterHost(Protocol):
+    """What the routes need from the workspace: its clusters. A protocol, so that this module (below
+    ``models`` and ``runtime``) never imports them: one direction per layer."""
+
+    kube_clusters: dict[str, KubeCluster]
+
+    def kube_cluster(self, name: str) -> KubeCluster: ...
+
 
 K8S_PREFIX = "/k8s/"
 SINGULAR = "instancetype"
@@ -280,13 +289,13 @@ class KubeCluster:
         return str(self.revision)
 
     # ------------------------------------------------------------------ views
-    def instance_types(self) -> list[InstanceType]:
-        """The stored objects as validated ``InstanceType`` models (they were validated when written)."""
+    def instance_types(self) -> list[InstanceTypeRecord]:
+        """The stored objects as the service reads them (they were validated when written)."""
         return [_model(obj) for obj in self.objects.values()]
 
     def compute_instance_types(self) -> dict[str, dict[str, Any]]:
         """``properties.instanceTypes`` entries of the attached compute, keyed by name."""
-        return {t.name: t.to_compute_properties() for t in self.instance_types()}
+        return {t.name: t.compute_entry() for t in self.instance_types()}
 
     def get(self, name: str) -> dict[str, Any]:
         obj = self.objects.get(name)
@@ -333,10 +342,9 @@ class KubeCluster:
             raise KubeError(
                 400, "BadRequest", f"the name of the object ({name}) does not match the name on the URL ({name_hint})"
             )
-        document = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": body.get("spec")}
         try:
-            (model,) = load_instance_types(document, extension_node_selector=self.extension_node_selector)
-        except ValueError as exc:  # AzureMLConfigError, a ValueError
+            model = check_instance_type(name, body.get("spec"), self.extension_node_selector)
+        except RuleViolation as exc:
             raise invalid(label, str(exc)) from None
         keep = {
             "labels": _string_map(metadata.get("labels"), "metadata.labels", model.name),
@@ -446,11 +454,8 @@ class KubeCluster:
         return copy.deepcopy(current)
 
 
-def _model(obj: Mapping[str, Any]) -> InstanceType:
-    (model,) = load_instance_types(
-        {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": obj["metadata"]["name"]}, "spec": obj["spec"]}
-    )
-    return model
+def _model(obj: Mapping[str, Any]) -> InstanceTypeRecord:
+    return check_instance_type(obj["metadata"]["name"], obj["spec"])
 
 
 def merge_compute_instance_types(
@@ -495,7 +500,7 @@ def write_kubeconfig(path: Path, document: dict[str, Any]) -> Path:
 class KubernetesRoutes:
     """Binds each cluster's store to HTTP under ``/k8s/{cluster}``, plus control routes under ``/_emulator``."""
 
-    def __init__(self, ws: Workspace, *, kubeconfig_writer: Callable[[str], Path]) -> None:
+    def __init__(self, ws: ClusterHost, *, kubeconfig_writer: Callable[[str], Path]) -> None:
         self.ws = ws
         self.kubeconfig_writer = kubeconfig_writer
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_azureml.emulator.azure_rules import DEFAULT_NAME, RuleViolation, check_resources, from_compute_entry
 from airflow_azureml.emulator.kubernetes import KubeCluster
 from airflow_azureml.emulator.models import (
     ACTIVE_JOB_STATES,
@@ -31,7 +32,6 @@ from airflow_azureml.emulator.models import (
     utcnow,
 )
 from airflow_azureml.emulator.scoring import ScoringRegistry
-from airflow_azureml.instance_types import DEFAULT_NAME, check_resources_fit, instance_type_from_arm
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,8 @@ class Workspace:
                 "displayName": name,
                 "tags": tags,
                 "properties": {
+                    # the invoke body's user properties are kept, as Azure keeps a job's properties
+                    **{k: str(v) for k, v in (props.get("properties") or {}).items() if k != "experimentName"},
                     "azureml.batchrun": "true",
                     "azureml.deploymentname": deployment.name,
                     "azureml.endpointname": endpoint,
@@ -659,10 +661,10 @@ def _output_uri(props: dict[str, Any], job_name: str) -> str:
 
 
 def _check_fits(resource_props: dict[str, Any], itype: dict[str, Any], name: str) -> None:
-    """Reject a job whose ``resources`` do not fit the instance type, with the rules of ``instance_types``."""
+    """Reject a job whose ``resources`` do not fit the instance type, by the service's rules (``azure_rules``)."""
     if not resource_props.get("resources"):
         return  # the job takes the instance type's own resources
     try:
-        check_resources_fit(resource_props.get("resources"), instance_type_from_arm(name, itype))
-    except ValueError as exc:  # AzureMLConfigError, a ValueError
+        check_resources(resource_props.get("resources"), from_compute_entry(name, itype))
+    except RuleViolation as exc:
         raise EmulatorError(400, "UserError", str(exc)) from None

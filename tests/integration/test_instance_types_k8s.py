@@ -346,7 +346,7 @@ def test_applied_types_show_on_the_attached_compute_and_gate_jobs(
     too_big = command_job(
         emulator, "job-too-big", "cpusmall", {"requests": {"cpu": "2", "memory": "512Mi"}}
     )  # cpusmall's cpu limit is "1"
-    assert too_big.status_code == 400 and "exceeds the limit of instance type 'cpusmall'" in too_big.text
+    assert too_big.status_code == 400 and "is above the cpu limit '1' of instance type 'cpusmall'" in too_big.text
     fits = command_job(emulator, "job-fits", "cpusmall", {"requests": {"cpu": "500m", "memory": "512Mi"}})
     assert fits.status_code == 201, fits.text
 
@@ -366,7 +366,7 @@ def test_attached_compute_without_objects_has_the_builtin_default(
     assert list(types) == [DEFAULT_NAME]
     assert types[DEFAULT_NAME]["resources"]["requests"] == {"cpu": "100m", "memory": "2Gi"}
     too_big = command_job(emulator, "too-big", None, {"requests": {"cpu": "4", "memory": "1Gi"}}, compute="bare-k8s")
-    assert too_big.status_code == 400 and "exceeds the limit of instance type 'defaultinstancetype'" in too_big.text
+    assert too_big.status_code == 400 and "is above the cpu limit '2' of instance type 'defaultinstancetype'" in too_big.text
     assert emulator.instance_type_objects("bare-k8s") == {}
 
 
@@ -432,7 +432,7 @@ def test_custom_objects_api_semantics(emulator: Emulator, kubeconfig: Path) -> N
     assert (err.value.status, status["kind"], status["reason"]) == (404, "Status", "NotFound")
     with pytest.raises(ApiException) as err:
         api.create_cluster_custom_object(GROUP, VERSION, PLURAL, _manifest("bad", limits={"cpu": "0", "memory": "1Gi"}))
-    assert err.value.status == 422 and "resources.limits.cpu must not be 0" in json.loads(err.value.body)["message"]
+    assert err.value.status == 422 and "spec.resources.limits.cpu: must not be 0" in json.loads(err.value.body)["message"]
 
     # a merge patch that changes nothing keeps the resourceVersion; a real change bumps it and the generation
     same = api.patch_cluster_custom_object(GROUP, VERSION, PLURAL, "api-check", {"spec": body["spec"]})
