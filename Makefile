@@ -1,12 +1,14 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the example DAG against the local Azure ML emulator
-#   make test   run the test suite (unit, integration, e2e)
+#   make test   run the test suite (unit, integration, e2e); changes no tracked file
+# and one more for maintainers:
+#   make reliability   run the e2e fault matrix and rebuild docs/reliability.{md,json} from it
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test reliability lint install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +25,10 @@ test: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider
+
+reliability: $(STAMP)
+	bash scripts/ensure_postgres.sh
+	AZUREML_RELIABILITY_DIR="$(CURDIR)/docs" $(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -37,13 +37,17 @@ def pg_bin(name: str) -> str:
 
 
 class Postgres:
-    """A throwaway PostgreSQL cluster on 127.0.0.1 (run as the postgres user when we are root)."""
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (run as the postgres user when we are root).
+
+    Its data dir lives in ``base`` (pytest's temporary directory) and is removed on ``stop``.
+    """
 
     def __init__(self, base: Path) -> None:
         self.dir = base / "pgdata"
         self.port = free_port()
         self.as_root = os.geteuid() == 0
         self.url = f"postgresql+psycopg2://airflow@127.0.0.1:{self.port}/airflow"
+        self._modes: dict[Path, int] = {}  # folders opened for the postgres user to pass through
 
     def _run(self, *cmd: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self.as_root else []
@@ -53,7 +57,12 @@ class Postgres:
         self.dir.mkdir(parents=True)
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
-            os.chmod(self.dir.parent, 0o755)
+            # pytest makes its temp folders 0700: let the postgres user pass through (x only, no listing)
+            for folder in self.dir.parents:
+                mode = folder.stat().st_mode
+                if not mode & 0o001:
+                    self._modes[folder] = mode & 0o7777
+                    os.chmod(folder, mode | 0o011)
         self._run(pg_bin("initdb"), "-D", str(self.dir), "-A", "trust", "-U", "airflow", "-E", "UTF8")
         self._run(
             pg_bin("pg_ctl"),
@@ -82,8 +91,15 @@ class Postgres:
         return self
 
     def stop(self) -> None:
+        """A fast (clean) shutdown, so no shared memory is left behind; then the data dir goes."""
         with contextlib.suppress(subprocess.CalledProcessError):
-            self._run(pg_bin("pg_ctl"), "-D", str(self.dir), "-m", "immediate", "stop")
+            self._run(pg_bin("pg_ctl"), "-D", str(self.dir), "-m", "fast", "-w", "stop")
+        with contextlib.suppress(OSError):  # keep the server log beside the (removed) data dir
+            shutil.copy(self.dir / "server.log", self.dir.parent / "postgres.log")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        for folder, mode in self._modes.items():
+            with contextlib.suppress(OSError):
+                os.chmod(folder, mode)
 
 
 class AirflowDeployment:
