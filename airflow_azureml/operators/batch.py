@@ -16,6 +16,8 @@ from airflow_azureml.specs import (
     check_data_uri,
     check_deployment_name,
     check_endpoint_name,
+    check_output_file_name,
+    check_positive_int,
     model_ref,
     short_name,
 )
@@ -309,12 +311,11 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             check_data_uri(f"input {key!r}", uri)
         for key, uri in (self.outputs or {}).items():
             check_data_uri(f"output {key!r}", uri)
-        if self.output_file_name is not None and ("/" in self.output_file_name or not self.output_file_name):
-            raise AzureMLConfigError(f"output_file_name must be a plain file name, got {self.output_file_name!r}.")
+        if self.output_file_name is not None:
+            check_output_file_name(self.output_file_name)
         for label in ("mini_batch_size", "instance_count"):
-            value = getattr(self, label)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise AzureMLConfigError(f"{label} must be a positive integer, got {value!r}.")
+            if getattr(self, label) is not None:
+                check_positive_int(label, getattr(self, label))
 
     def submit_job(self, context: Any, name: str, compute: str | None) -> None:
         self.hook.invoke_batch_endpoint(

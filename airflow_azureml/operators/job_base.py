@@ -22,7 +22,7 @@ from airflow_azureml.exceptions import (
 from airflow_azureml.links.studio import AzureMLStudioJobLink
 from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.outcomes import Classification, JobSnapshot, Outcome, classify, exception_for
-from airflow_azureml.specs import check_compute_name, short_name
+from airflow_azureml.specs import check_compute_name, check_seconds, short_name
 from airflow_azureml.triggers.job import AzureMLJobTrigger
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
@@ -96,12 +96,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def validate(self) -> None:
         """Check the input without Azure; subclasses extend. Runs before any API call."""
         if self.max_queue_time not in (None, ""):
-            try:
-                seconds = float(self.max_queue_time)  # may arrive rendered from a template
-            except (TypeError, ValueError):
-                raise AzureMLConfigError(
-                    f"max_queue_time must be a number of seconds, got {self.max_queue_time!r}."
-                ) from None
+            seconds = check_seconds("max_queue_time", self.max_queue_time)  # may arrive rendered; never nan/inf
             self.polling = replace(self.polling, max_queue_time=seconds)
         if self.max_resubmits < 0:
             raise AzureMLConfigError("max_resubmits must be >= 0.")

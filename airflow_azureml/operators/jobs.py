@@ -14,7 +14,13 @@ from airflow_azureml.instance_types import (
     resolve_instance_type,
 )
 from airflow_azureml.operators.job_base import AzureMLJobOperatorBase
-from airflow_azureml.specs import check_compute_name, check_data_uri, short_name
+from airflow_azureml.specs import (
+    check_compute_name,
+    check_data_uri,
+    check_instance_type_target,
+    check_positive_int,
+    short_name,
+)
 
 
 class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
@@ -77,8 +83,8 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         if not isinstance(self.environment, str) or not self.environment.strip():
             raise AzureMLConfigError("environment must name an environment, e.g. azureml:my-env@latest.")
         check_compute_name(short_name(self.compute))
-        if self.instance_count is not None and (not isinstance(self.instance_count, int) or self.instance_count < 1):
-            raise AzureMLConfigError(f"instance_count must be a positive integer, got {self.instance_count!r}.")
+        if self.instance_count is not None:
+            check_positive_int("instance_count", self.instance_count)
         for key, value in (self.inputs or {}).items():
             if isinstance(value, str) and "://" in value:
                 check_data_uri(f"input {key!r}", value)
@@ -94,6 +100,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         self.validate()
         if self.instance_types is None and (self.instance_type or self.resource_requests):
             types = self.hook.kubernetes_instance_types(short_name(self.compute))
+            check_instance_type_target(self.compute, self.instance_type, kubernetes=types is not None)
             if types is None:
                 if self.resource_requests:
                     raise AzureMLConfigError(

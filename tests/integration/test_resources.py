@@ -146,3 +146,18 @@ def test_create_that_never_finishes_times_out_with_a_clear_error(
         )
         with pytest.raises(AzureMLError, match="did not finish within"):
             op.execute({})
+
+
+def test_instance_type_on_an_amlcompute_command_job_fails_before_any_job(deployed: Emulator) -> None:
+    from airflow_azureml.operators import AzureMLSubmitCommandJobOperator
+
+    op = AzureMLSubmitCommandJobOperator(
+        task_id="train",
+        command="python train.py",
+        environment="azureml:sklearn-env:1",
+        compute="azureml:low-pri-cluster",
+        instance_type="cpularge",
+    )
+    with pytest.raises(AzureMLConfigError, match="instance_type applies to Kubernetes compute only"):
+        op.execute({})
+    assert deployed.jobs() == []

@@ -374,3 +374,43 @@ def test_from_entity_keeps_error_threshold_and_resources() -> None:
     )
     spec = DeploymentSpec.from_any(entity)
     assert (spec.error_threshold, spec.instance_type, spec.model) == (7, "cpularge", "azureml:heart-classifier:2")
+
+
+# ---------------------------------------------------------------- the operators use these rules (no API call)
+def _invoke(**kwargs: object) -> object:
+    from airflow_azureml.operators import AzureMLInvokeBatchEndpointOperator
+
+    base = {"task_id": "score", "endpoint_name": "heart-ep", "inputs": {"d": "azureml://datastores/s/paths/in/"}}
+    return AzureMLInvokeBatchEndpointOperator(**{**base, **kwargs})
+
+
+@pytest.mark.parametrize("name", ["../../../../x", "..", "a\\b.csv", "p?.csv", ""])
+def test_invoke_refuses_an_output_file_name_that_is_a_path(name: str) -> None:
+    with pytest.raises(AzureMLConfigError, match="output_file_name must be a plain file name"):
+        _invoke(output_file_name=name).validate()
+
+
+@pytest.mark.parametrize("label", ["mini_batch_size", "instance_count"])
+def test_invoke_refuses_booleans_for_integers(label: str) -> None:
+    with pytest.raises(AzureMLConfigError, match=f"{label} must be a positive integer"):
+        _invoke(**{label: True}).validate()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", float("nan"), float("inf"), "-inf"])
+def test_invoke_refuses_a_max_queue_time_that_never_ends(value: object) -> None:
+    with pytest.raises(AzureMLConfigError, match="max_queue_time must be"):
+        _invoke(max_queue_time=value).validate()
+
+
+def test_command_job_refuses_boolean_instance_count() -> None:
+    from airflow_azureml.operators import AzureMLSubmitCommandJobOperator
+
+    op = AzureMLSubmitCommandJobOperator(
+        task_id="train",
+        command="python train.py",
+        environment="azureml:env:1",
+        compute="cpu-cluster",
+        instance_count=True,
+    )
+    with pytest.raises(AzureMLConfigError, match="instance_count must be a positive integer"):
+        op.validate()
