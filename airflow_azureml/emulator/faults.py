@@ -1,4 +1,9 @@
-"""HTTP-level faults the emulator can inject: throttling, server errors, dropped connections, latency."""
+"""HTTP-level faults the emulator can inject: throttling, server errors, dropped connections, latency.
+
+A fault hits ``before`` the work (the request never reaches the service) or ``after`` it: the
+service commits the work, then the response is lost (``drop``) or replaced (``status``). The
+second kind is what makes a client's retry meet its own earlier request.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,14 @@ import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+# Routes an after-commit fault is usually aimed at: (path regex, methods).
+ROUTES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "invoke": (r"^/inference/batch/[^/]+/jobs$", ("POST",)),
+    "job_put": (r"/workspaces/[^/]+/jobs/[^/]+$", ("PUT",)),
+    "compute_put": (r"/workspaces/[^/]+/computes/[^/]+$", ("PUT",)),
+    "cancel": (r"/workspaces/[^/]+/jobs/[^/]+/cancel$", ("POST",)),
+}
 
 
 @dataclass
@@ -16,6 +29,8 @@ class FaultRule:
     connection without answering), ``latency`` (delay ``seconds`` then answer normally).
     ``path`` is a regular expression searched in the request path; ``methods`` filters verbs.
     ``probability`` applies each hit with that chance, drawn from the emulator's seeded RNG.
+    ``when``: ``before`` (default) or ``after`` the handler did the work. ``route``: a name in
+    ``ROUTES`` (invoke, job_put, compute_put, cancel) that sets ``path`` and ``methods``.
     """
 
     kind: str
@@ -26,17 +41,37 @@ class FaultRule:
     methods: tuple[str, ...] = ()
     count: int | None = 1
     probability: float = 1.0
+    when: str = "before"
+    route: str | None = None
     hits: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if self.kind not in ("status", "drop", "latency"):
             raise ValueError(f"unknown fault kind {self.kind!r}")
+        if self.when not in ("before", "after"):
+            raise ValueError(f"when must be 'before' or 'after', not {self.when!r}")
+        if self.route is not None:
+            if self.route not in ROUTES:
+                raise ValueError(f"unknown route {self.route!r}; known: {sorted(ROUTES)}")
+            self.path, methods = ROUTES[self.route]
+            self.methods = self.methods or methods
         self._pattern = re.compile(self.path) if self.path else None
         self.methods = tuple(m.upper() for m in self.methods)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FaultRule:
-        allowed = {"kind", "status", "retry_after", "seconds", "path", "methods", "count", "probability"}
+        allowed = {
+            "kind",
+            "status",
+            "retry_after",
+            "seconds",
+            "path",
+            "methods",
+            "count",
+            "probability",
+            "when",
+            "route",
+        }
         unknown = set(data) - allowed
         if unknown:
             raise ValueError(f"unknown fault fields: {sorted(unknown)}")
@@ -44,6 +79,11 @@ class FaultRule:
         if "methods" in values:
             values["methods"] = tuple(values["methods"])
         return cls(**values)
+
+    @property
+    def label(self) -> str:
+        """How the request log names this fault: ``drop``, ``status``... with ``-after`` for after-commit ones."""
+        return self.kind if self.when == "before" else f"{self.kind}-after"
 
     def exhausted(self) -> bool:
         return self.count is not None and self.hits >= self.count

@@ -13,18 +13,42 @@ from typing import Any
 
 from airflow_azureml.emulator.kubernetes import KubeCluster, merge_compute_instance_types
 
+# NotResponding and Paused are not ends: a stalled job can resume (the SDK's stream treats them as terminal).
 ACTIVE_JOB_STATES = frozenset(
-    {"NotStarted", "Starting", "Provisioning", "Preparing", "Queued", "Running", "Finalizing", "CancelRequested"}
+    {
+        "NotStarted",
+        "Starting",
+        "Provisioning",
+        "Preparing",
+        "Queued",
+        "Running",
+        "Finalizing",
+        "CancelRequested",
+        "NotResponding",
+        "Paused",
+    }
 )
-TERMINAL_JOB_STATES = frozenset({"Completed", "Failed", "Canceled", "NotResponding", "Paused"})
+TERMINAL_JOB_STATES = frozenset({"Completed", "Failed", "Canceled"})
 
 PREEMPTION_ERROR_MESSAGE = (
     "UserError: AzureMLCompute job failed. PreemptionError: Nodes of this job got pre-empted. "
     "Check if the run has failed or restarted. Reason: Received pre-emption warning signal"
 )
+# Azure documents the capacity-lost cancel but no message for it: sent only with the
+# ``capacity_cancel_message`` behaviour switch (off by default), never by default.
 CAPACITY_LOST_MESSAGE = (
     "Job was canceled: the low-priority cluster lost all its nodes to preemption and there is "
     "not enough capacity to continue. Resubmit the job."
+)
+# How Azure words a batch job whose runner failed (user process exit 42; MicrosoftDocs/azure-docs#105903).
+RUNNER_FAILED_MESSAGE = (
+    "Execution failed. User process '/azureml-envs/azureml_emulator/bin/python' exited with status code 42. "
+    "Please check log file 'user_logs/std_log_0.txt' for error details. Error: {detail}"
+)
+# When no mini-batch succeeded (microsoft/MLOpsPython#328, Azure/MachineLearningNotebooks#1652).
+NO_RESULT_MESSAGE = (
+    "DriverException: There is no succeeded mini batch item returned from run(). "
+    "Please check 'response: run()' in https://aka.ms/batch-inference-documentation"
 )
 
 
@@ -66,6 +90,7 @@ class Node:
     node_id: str
     state: str = "preparing"  # preparing | idle | running | leaving | preempted
     job_name: str | None = None
+    preempted_at: float | None = None  # loop time of the eviction; the node is deallocated some time later
 
 
 @dataclass
@@ -78,7 +103,9 @@ class Compute:
     modified: dt.datetime = field(default_factory=utcnow)
     provisioning_state: str = "Creating"
     nodes: list[Node] = field(default_factory=list)
-    preempted_node_count: int = 0
+    preempted_node_count: int = 0  # evictions ever (legacy counter, shown only with preempted_gauge off)
+    preempted_gauge: bool = True  # behaviour switch: preemptedNodeCount is the nodes in preempted state now
+    replacements_wanted: int = 0  # nodes jobs wait for that capacity cannot give yet (targetNodeCount)
     capacity_override: int | None = None  # fault: how many nodes Azure can give right now
     locked: bool = False  # fault: a resource-group lock keeps the cluster at "resizing 0 -> 0"
     kube: KubeCluster | None = None  # Kubernetes computes: the attached cluster and its InstanceType objects
@@ -125,11 +152,13 @@ class Compute:
         )
         inner = dict(self.inner)
         if self.compute_type == "AmlCompute":
-            counts = {s: 0 for s in ("idle", "running", "preparing", "unusable", "leaving")}
+            counts = {s: 0 for s in ("idle", "running", "preparing", "unusable", "leaving", "preempted")}
             for node in self.nodes:
                 if node.state in counts:
                     counts[node.state] += 1
-            current = len(self.nodes)
+            current = len(self.nodes)  # preempted nodes count until they are deallocated
+            target = current - counts["preempted"] + self.replacements_wanted
+            preempted = counts["preempted"] if self.preempted_gauge else self.preempted_node_count
             inner.setdefault("vmSize", "STANDARD_DS3_V2")  # the service's default size
             inner.setdefault("vmPriority", "Dedicated")
             inner.setdefault("osType", "Linux")
@@ -143,18 +172,20 @@ class Compute:
             )
             inner.update(
                 {
-                    "allocationState": "Resizing" if counts["preparing"] or self.locked else "Steady",
+                    "allocationState": "Resizing"
+                    if counts["preparing"] or counts["preempted"] or target != current or self.locked
+                    else "Steady",
                     "allocationStateTransitionTime": iso(self.modified),
                     "errors": None,
                     "currentNodeCount": current,
-                    "targetNodeCount": current,
+                    "targetNodeCount": target,
                     "nodeStateCounts": {
                         "preparingNodeCount": counts["preparing"],
                         "runningNodeCount": counts["running"],
                         "idleNodeCount": counts["idle"],
                         "unusableNodeCount": counts["unusable"],
                         "leavingNodeCount": counts["leaving"],
-                        "preemptedNodeCount": self.preempted_node_count,
+                        "preemptedNodeCount": preempted,
                     },
                 }
             )
@@ -241,8 +272,11 @@ class Job:
     error: dict[str, Any] | None = None
     warnings: list[dict[str, str]] = field(default_factory=list)
     run_uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    cancel_requested: bool = False
+    cancel_requested: bool = False  # Python-side only (tests): Azure sends nothing that tells who canceled
     repeatability_id: str | None = None
+    submitted: dict[str, Any] | None = None  # the ``properties`` a client PUT, to enforce immutability
+    input_uri: str | None = None
+    stalled: bool = False
     # batch bookkeeping, visible through run-history properties
     endpoint: str | None = None
     deployment: str | None = None
@@ -284,10 +318,7 @@ class Job:
         props.setdefault("description", None)
         props.setdefault("tags", {})
         props.setdefault("isArchived", False)
-        run_props = dict(props.get("properties") or {})
-        if self.output_uri:
-            run_props["azureml.batch.outputUri"] = self.output_uri
-        props["properties"] = run_props
+        props["properties"] = dict(props.get("properties") or {})
         for key in ("inputs", "outputs"):  # every job input/output has a (nullable) description
             if isinstance(props.get(key), dict):
                 props[key] = {
@@ -318,13 +349,7 @@ class Job:
             "endTimeUtc": iso(self.ended),
             "warnings": self.warnings,
             "tags": dict(self.properties.get("tags") or {}),
-            "properties": {
-                "azureml.batch.miniBatchesTotal": str(self.mini_batches_total),
-                "azureml.batch.miniBatchesCompleted": str(self.mini_batches_done),
-                "azureml.batch.miniBatchAttempts": str(self.mini_batch_attempts),
-                "azureml.batch.rowsScored": str(self.rows_scored),
-                "azureml.cancelRequested": str(self.cancel_requested).lower(),
-            },
+            "properties": dict(self.properties.get("properties") or {}),
             "runDefinition": {},
             "logFiles": {},
         }

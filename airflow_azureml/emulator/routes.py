@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import uuid
 from typing import Any
 from urllib.parse import urlencode
@@ -16,8 +19,21 @@ PROVIDER = "Microsoft.MachineLearningServices"
 JOBS_PAGE_SIZE = 100
 
 
-def arm_error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message, "details": []}}, status=status)
+def arm_error(status: int, code: str, message: str, extra: dict[str, Any] | None = None) -> web.Response:
+    body = {"code": code, "message": message, "details": [], **(extra or {})}
+    return web.json_response({"error": body}, status=status)
+
+
+def token_principal(token: str) -> dict[str, str]:
+    """Who sent a request: the token's application (client) id and object id, for the request log."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error):
+        return {}
+    if not isinstance(claims, dict):
+        return {}
+    return {k: str(claims[c]) for k, c in (("client_id", "appid"), ("oid", "oid")) if claims.get(c)}
 
 
 class Routes:
@@ -111,6 +127,9 @@ class Routes:
         r.add_delete("/_emulator/faults", self.control_clear_faults)
         r.add_post("/_emulator/clusters/{name}/{action}", self.control_cluster)
         r.add_post("/_emulator/tokens/expire", self.control_expire_tokens)
+        r.add_route("*", "/_emulator/behaviour", self.control_behaviour)
+        r.add_post("/_emulator/batchEndpoints/{ep}/deployments/{name}/behaviour", self.control_deployment_behaviour)
+        r.add_post("/_emulator/jobs/{name}/stall", self.control_stall)
 
     # -------------------------------------------------------------- workspace
     async def get_workspace(self, request: web.Request) -> web.Response:
@@ -317,7 +336,10 @@ class Routes:
                 return arm_error(404, "UserError", f"Job {name} not found in workspace {self.workspace}")
             return web.json_response(job.to_arm(self.ws_id))
         if request.method == "PUT":
-            job, created = self.ws.put_command_job(name, await request.json())
+            try:
+                job, created = self.ws.put_command_job(name, await request.json())
+            except EmulatorError as exc:  # immutability errors carry MFE's messageParameters/innerError
+                return arm_error(exc.status, exc.code, exc.message, exc.extra)
             return web.json_response(job.to_arm(self.ws_id), status=201 if created else 200)
         return web.Response(status=405)
 
@@ -327,6 +349,7 @@ class Routes:
         self.ws.cancel_job(name)
         loc = (
             f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}/jobCancel/{name}"
+            "?api-version=2024-10-01"
         )
         return web.Response(status=202, headers={"Location": loc, "Retry-After": self.lro_retry_after})
 
@@ -542,6 +565,23 @@ class Routes:
 
     async def control_expire_tokens(self, request: web.Request) -> web.Response:
         return web.json_response({"expired": self.identity.expire_all()})
+
+    async def control_behaviour(self, request: web.Request) -> web.Response:
+        """``GET`` the behaviour switches; ``POST {switch: value}`` changes some (400 for unknown ones)."""
+        if request.method == "POST":
+            return web.json_response(self.ws.set_behaviour(await request.json()))
+        if request.method == "GET":
+            return web.json_response(self.ws.behaviour.to_dict())
+        return web.Response(status=405)
+
+    async def control_deployment_behaviour(self, request: web.Request) -> web.Response:
+        ep, name = request.match_info["ep"], request.match_info["name"]
+        return web.json_response(self.ws.set_deployment_behaviour(ep, name, await request.json()))
+
+    async def control_stall(self, request: web.Request) -> web.Response:
+        data = await request.json() if request.can_read_body else {}
+        job = self.ws.stall_job(request.match_info["name"], float(data.get("seconds", 30)))
+        return web.json_response({"name": job.name, "status": job.status})
 
 
 def _not_found(kind: str, name: str) -> web.Response:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ from airflow_azureml.emulator.kubernetes import KubeCluster
 from airflow_azureml.emulator.models import (
     ACTIVE_JOB_STATES,
     CAPACITY_LOST_MESSAGE,
+    NO_RESULT_MESSAGE,
     PREEMPTION_ERROR_MESSAGE,
+    RUNNER_FAILED_MESSAGE,
     TERMINAL_JOB_STATES,
     Compute,
     Job,
@@ -48,13 +50,54 @@ class Timing:
 
 
 class EmulatorError(Exception):
-    """An error the emulator reports to clients as an ARM error body."""
+    """An error the emulator reports to clients as an ARM error body (``extra``: more keys of that body)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.extra = extra or {}
+
+
+@dataclass
+class Behaviour:
+    """Switches of the emulator's behaviour; each default is Azure's where Azure is documented.
+
+    docs/emulator.md ("Behaviours") gives the source of every default. Change them with
+    ``Emulator.set_behaviour(**switches)`` or ``POST /_emulator/behaviour``.
+    """
+
+    preempted_gauge: bool = True  # preemptedNodeCount counts nodes in preempted state now (swagger 2024-10-01)
+    preempted_node_release_seconds: float = 0.5  # how long an evicted node stays "preempted" before deallocation
+    single_node_eviction_cancels: bool = True  # seed 000/001: a single-node cluster's eviction cancels its jobs
+    capacity_cancel_message: bool = False  # a capacity-lost cancel carries a warning text (Azure documents none)
+    honour_repeatability_id: bool = False  # invoke replays a job for a repeated Repeatability-Request-Id
+    immutable_jobs: bool = True  # PUT of an existing job may change only description/tags/displayName/...
+    stall_seconds: float = 0.0  # every job, once Running, goes NotResponding this long, then resumes
+    honour_error_threshold: bool = True  # error_threshold counts failed files; -1 ignores failures
+    validate_deployments: bool = True  # a deployment's settings are checked when it is written
+
+    def update(self, values: dict[str, Any]) -> None:
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise EmulatorError(400, "BadRequest", f"unknown behaviour switches {unknown}; known: {sorted(known)}")
+        for key, value in values.items():
+            if isinstance(getattr(self, key), bool):
+                if not isinstance(value, bool):
+                    raise EmulatorError(400, "BadRequest", f"behaviour {key!r} is a boolean, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise EmulatorError(400, "BadRequest", f"behaviour {key!r} is a number of seconds >= 0, got {value!r}")
+            else:
+                value = float(value)
+            setattr(self, key, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEPLOYMENT_SWITCHES = frozenset({"ignore_job_name"})  # per-deployment behaviour switches
 
 
 class Workspace:
@@ -71,6 +114,9 @@ class Workspace:
         self.models: dict[str, dict[str, dict[str, Any]]] = {}
         self.scoring = ScoringRegistry()
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
+        self.behaviour = Behaviour()
+        self.deployment_behaviour: dict[tuple[str, str], dict[str, bool]] = {}
+        self._nodes_wanted: dict[str, tuple[str, int]] = {}  # job -> (compute, nodes it waits for)
         self.kube_clusters: dict[str, KubeCluster] = {}  # Kubernetes clusters, attached or not yet
         self._runners: dict[str, asyncio.Task[None]] = {}
         self._node_workers: dict[str, list[asyncio.Task[None]]] = {}
@@ -80,7 +126,8 @@ class Workspace:
     # ------------------------------------------------------------------ paths
     def datastore_root(self, datastore: str) -> Path:
         root = self.data_dir / "datastores" / datastore
-        root.mkdir(parents=True, exist_ok=True)
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
         return root
 
     def resolve_uri(self, uri: str) -> Path:
@@ -111,6 +158,23 @@ class Workspace:
         }
         if scoring_module:
             self.scoring.register(name, scoring_module)
+
+    # -------------------------------------------------------------- behaviour
+    def set_behaviour(self, values: dict[str, Any]) -> dict[str, Any]:
+        self.behaviour.update(values)
+        for compute in self.computes.values():
+            compute.preempted_gauge = self.behaviour.preempted_gauge
+        return self.behaviour.to_dict()
+
+    def set_deployment_behaviour(self, endpoint: str, deployment: str, values: dict[str, Any]) -> dict[str, bool]:
+        unknown = sorted(set(values) - DEPLOYMENT_SWITCHES)
+        if unknown:
+            raise EmulatorError(400, "BadRequest", f"unknown deployment switches {unknown}")
+        if any(not isinstance(v, bool) for v in values.values()):
+            raise EmulatorError(400, "BadRequest", "deployment switches are booleans")
+        current = self.deployment_behaviour.setdefault((endpoint, deployment), {})
+        current.update(values)
+        return dict(current)
 
     # --------------------------------------------------------------- computes
     def kube_cluster(self, name: str) -> KubeCluster:
@@ -144,6 +208,7 @@ class Workspace:
             existing = Compute(
                 name=name, compute_type=compute_type, location=body.get("location") or "eastus", body=props
             )
+            existing.preempted_gauge = self.behaviour.preempted_gauge
             self.computes[name] = existing
             if compute_type == "Kubernetes":  # attach: the cluster's InstanceType objects become the compute's
                 existing.kube = self.kube_cluster(name)
@@ -186,6 +251,8 @@ class Workspace:
         if not compute_name or compute_name not in self.computes:
             raise EmulatorError(400, "UserError", f"Compute {props.get('compute')!r} not found in the workspace")
         compute = self.computes[compute_name]
+        if self.behaviour.validate_deployments:
+            _BatchSettings.from_deployment(props, {})  # refuse bad settings now, not at the first invoke
         resources = props.get("resources") or {}
         if compute.compute_type == "Kubernetes":
             self.check_instance_type(compute, resources.get("instanceType"))
@@ -225,8 +292,11 @@ class Workspace:
     def invoke_batch(
         self, endpoint: str, deployment_name: str | None, body: dict[str, Any], request_id: str | None
     ) -> Job:
-        """Create a batch job from the data-plane invoke body (as ``batch_endpoints.invoke`` sends it)."""
-        replay = self.find_job_by_repeatability(request_id)
+        """Create a batch job from the data-plane invoke body (as ``batch_endpoints.invoke`` sends it).
+
+        Everything is checked before the job exists: a refused invoke leaves no job behind.
+        """
+        replay = self.find_job_by_repeatability(request_id) if self.behaviour.honour_repeatability_id else None
         if replay is not None:
             return replay
         ep = self.endpoints.get(endpoint)
@@ -240,13 +310,15 @@ class Workspace:
                 404, "ResourceNotFound", f"Deployment {deployment_name!r} not found on endpoint {endpoint!r}"
             )
         props = body.get("properties") or {}
-        name = props.get("name") or str(uuid.uuid4())
+        ignore_name = self.deployment_behaviour.get((endpoint, deployment.name), {}).get("ignore_job_name", False)
+        name = (None if ignore_name else props.get("name")) or f"batchjob-{uuid.uuid4()}"
         if name in self.jobs:
             raise EmulatorError(409, "UserError", f"A job named {name!r} already exists in this workspace")
         dep = dict(deployment.body.get("properties") or {})
         binding = props.get("compute") or {}
-        overrides = props.get("outputFileName"), props.get("miniBatchSize"), binding.get("instanceCount")
-        input_uri = _first_input_uri(props.get("inputData") or props.get("inputDataset") or {})
+        settings = _BatchSettings.from_deployment(dep, props)  # 400 on a bad override, before any job exists
+        inputs = props.get("inputData") or props.get("inputDataset") or {}
+        input_uri = _first_input_uri(inputs)
         if not input_uri:
             raise EmulatorError(400, "UserError", "The invocation has no input data")
         input_dir = self.resolve_uri(input_uri)
@@ -258,8 +330,9 @@ class Workspace:
         compute = _short_name(binding.get("target")) or _short_name(dep.get("compute")) or ""
         if compute not in self.computes:
             raise EmulatorError(400, "UserError", f"Compute {compute!r} not found in the workspace")
-        experiment = (props.get("properties") or {}).get("experimentName") or endpoint
-        tags = dict(props.get("tags") or {})
+        user_props = dict(props.get("properties") or {})
+        experiment = user_props.pop("experimentName", None) or endpoint
+        input_name = next((k for k, v in inputs.items() if isinstance(v, dict)), "input_data")
         job = Job(
             name=name,
             job_type="Pipeline",
@@ -269,31 +342,41 @@ class Workspace:
             endpoint=endpoint,
             deployment=deployment.name,
             output_uri=output_uri,
+            input_uri=input_uri,
             properties={
                 "displayName": name,
-                "tags": tags,
-                "properties": {
-                    # the invoke body's user properties are kept, as Azure keeps a job's properties
-                    **{k: str(v) for k, v in (props.get("properties") or {}).items() if k != "experimentName"},
+                # what Azure itself tags and records on a batch job (a real batch-deployment job's record)
+                "tags": {
                     "azureml.batchrun": "true",
                     "azureml.deploymentname": deployment.name,
-                    "azureml.endpointname": endpoint,
-                    "azureml.batch.inputUri": input_uri,
+                    "azureml.jobtype": "azureml.pipelinejob",
                 },
-                "inputs": {"input_data": {"jobInputType": "uri_folder", "uri": input_uri, "mode": "ReadOnlyMount"}},
+                "properties": {
+                    # the invoke body's user properties are kept, as Azure keeps a job's properties
+                    **{k: str(v) for k, v in user_props.items()},
+                    "azureml.endpointname": endpoint,
+                    "azureml.parameters": "{}",
+                    "azureml.pipelineComponent": "pipelinerun",
+                    "azureml.runLineageType": "batchDeployment",
+                    "azureml.runsource": "azureml.PipelineRun",
+                    "runSource": "BatchDeployment",
+                    "runType": "HTTP",
+                },
+                "inputs": {input_name: {"jobInputType": "uri_folder", "uri": input_uri, "mode": "ReadOnlyMount"}},
                 "outputs": {"score": {"jobOutputType": "uri_folder", "uri": output_uri, "mode": "Upload"}},
             },
         )
         self.jobs[name] = job
-        settings = _BatchSettings.from_deployment(dep, *overrides)
         self._runners[name] = self._spawn(self._run_batch(job, settings, input_dir))
         return job
 
     def put_command_job(self, name: str, body: dict[str, Any]) -> tuple[Job, bool]:
+        props = dict(body.get("properties") or {})
         existing = self.jobs.get(name)
         if existing is not None:
+            if self.behaviour.immutable_jobs:
+                self._update_job(existing, props)
             return existing, False
-        props = dict(body.get("properties") or {})
         compute_name = _short_name(props.get("computeId")) or ""
         compute = self.computes.get(compute_name)
         if compute is None:
@@ -308,10 +391,61 @@ class Workspace:
             compute=compute_name,
             experiment_name=props.get("experimentName") or "Default",
             properties={k: v for k, v in props.items() if k not in ("status", "computeId", "jobType")},
+            submitted=props,
         )
         self.jobs[name] = job
         self._runners[name] = self._spawn(self._run_command(job, compute))
         return job, True
+
+    def _update_job(self, job: Job, props: dict[str, Any]) -> None:
+        """A PUT of an existing job: only Azure's mutable fields may change; the rest must be identical."""
+        baseline = job.submitted if job.submitted is not None else job.properties
+        old, new = _immutable_view(baseline), _immutable_view(props)
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        stored = job.properties.setdefault("properties", {}) or {}
+        altered = [k for k, v in (props.get("properties") or {}).items() if k in stored and stored[k] != v]
+        if changed or altered:
+            prop = (changed[0][:1].upper() + changed[0][1:]) if changed else "Properties"
+            raise EmulatorError(
+                400,
+                "UserError",
+                "A job with this name already exists. If you are trying to create a new job, use a different name. "
+                f"If you are trying to update an existing job, the existing job's {prop} cannot be changed. "
+                "Only description, tags, displayName, properties, and isArchived can be updated.",
+                {"messageParameters": {"property": f" {prop}"}, "innerError": {"code": "Immutable"}},
+            )
+        for key in ("description", "displayName", "isArchived"):
+            if key in props:
+                job.properties[key] = props[key]
+        job.properties["tags"] = {**(job.properties.get("tags") or {}), **(props.get("tags") or {})}
+        stored.update(props.get("properties") or {})
+        job.modified = utcnow()
+
+    def stall_job(self, name: str, seconds: float) -> Job:
+        """The job stops responding for ``seconds`` (status NotResponding), then resumes where it was."""
+        job = self.jobs.get(name)
+        if job is None:
+            raise EmulatorError(404, "UserError", f"Job {name!r} not found")
+        if job.status != "Running":
+            raise EmulatorError(409, "Conflict", f"Job {name!r} is {job.status}; only a Running job can stall")
+        job.stalled = True
+        job.set_status("NotResponding")
+        self._spawn(self._resume(job, seconds))
+        return job
+
+    async def _resume(self, job: Job, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        if job.status == "NotResponding":
+            job.set_status("Running")
+
+    async def _while_stalled(self, job: Job) -> None:
+        while job.status == "NotResponding":
+            await asyncio.sleep(self.timing.tick)
+
+    def _now_running(self, job: Job) -> None:
+        job.set_status("Running")
+        if self.behaviour.stall_seconds > 0 and not job.stalled:
+            self.stall_job(job.name, self.behaviour.stall_seconds)
 
     def create_synthetic_jobs(self, prefix: str, durations: list[float], queue_seconds: float = 0.0) -> list[str]:
         """Jobs with fixed timelines and no compute, for load tests of the waiting side."""
@@ -339,7 +473,7 @@ class Workspace:
             raise EmulatorError(404, "UserError", f"Job {name!r} not found")
         if job.status in TERMINAL_JOB_STATES:
             return job
-        job.cancel_requested = True
+        job.cancel_requested = True  # kept for tests only: nothing on the wire tells who canceled
         job.set_status("CancelRequested")
         self._spawn(self._finish_cancel(job))
         return job
@@ -348,7 +482,6 @@ class Workspace:
         await asyncio.sleep(self.timing.tick)
         if job.status == "CancelRequested":
             self._end_job(job, "Canceled")
-            job.warnings.append({"source": "user", "message": "Job was canceled by request."})
 
     # ------------------------------------------------------------- node pool
     def _free_capacity(self, compute: Compute) -> int:
@@ -361,12 +494,42 @@ class Workspace:
         return nodes
 
     def _release(self, compute: Compute | None, job: Job) -> None:
+        self._want_nodes(job, None, 0)
         if compute is None:
             return
         compute.nodes = [n for n in compute.nodes if n.job_name != job.name]
 
+    def _want_nodes(self, job: Job, compute: Compute | None, count: int) -> None:
+        """Record how many nodes ``job`` still waits for: the cluster's targetNodeCount includes them."""
+        previous = self._nodes_wanted.pop(job.name, None)
+        if compute is not None and count > 0:
+            self._nodes_wanted[job.name] = (compute.name, count)
+        for name in {c for c in (previous[0] if previous else None, compute.name if compute else None) if c}:
+            if name in self.computes:
+                self.computes[name].replacements_wanted = sum(n for c, n in self._nodes_wanted.values() if c == name)
+
     # ----------------------------------------------------------- batch runner
     async def _run_batch(self, job: Job, settings: _BatchSettings, input_dir: Path) -> None:
+        """Run the job to an end, whatever happens inside: a runner failure ends it Failed, as in Azure."""
+        workers: dict[asyncio.Task[None], Node] = {}
+        try:
+            await self._batch_body(job, settings, input_dir, workers)
+        except (_JobEnded, asyncio.CancelledError):
+            return
+        except Exception as exc:  # scoring module import/init, output writing, anything else in the runner
+            log.warning("batch job %s failed in the runner: %s", job.name, exc)
+            detail = f"{type(exc).__name__}: {exc}"
+            self._end_job(
+                job, "Failed", error={"code": "UserError", "message": RUNNER_FAILED_MESSAGE.format(detail=detail)}
+            )
+        finally:
+            for task in list(workers):
+                task.cancel()
+            self._release(self.computes.get(job.compute), job)
+
+    async def _batch_body(
+        self, job: Job, settings: _BatchSettings, input_dir: Path, workers: dict[asyncio.Task[None], Node]
+    ) -> None:
         files = sorted(str(p) for p in input_dir.rglob("*") if p.is_file())
         batches = [files[i : i + settings.mini_batch_size] for i in range(0, len(files), settings.mini_batch_size)]
         job.mini_batches_total = len(batches)
@@ -374,58 +537,62 @@ class Workspace:
         failures: dict[int, str] = {}
         attempts: dict[int, int] = {}
         queue: list[int] = list(range(len(batches)))
-        try:
-            await asyncio.sleep(self.timing.tick)
-            job.set_status("Queued")
+        in_flight: dict[asyncio.Task[None], int] = {}
+        await asyncio.sleep(self.timing.tick)
+        job.set_status("Queued")
+        if self.computes.get(job.compute) is None:
+            self._end_job(job, "Failed", error={"code": "UserError", "message": "Compute not found"})
+            return
+        scorer: Any = None
+
+        async def work(node: Node, index: int) -> None:
+            attempts[index] = attempts.get(index, 0) + 1
+            job.mini_batch_attempts += 1
+            try:
+                await asyncio.sleep(self.timing.mini_batch)
+                rows = await asyncio.wait_for(asyncio.to_thread(scorer.run, batches[index]), timeout=settings.timeout)
+                results[index] = rows
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the scoring script failed this mini-batch
+                if attempts[index] <= settings.max_retries:
+                    queue.append(index)
+                else:
+                    failures[index] = f"{type(exc).__name__}: {exc}"
+
+        while len(results) + len(failures) < len(batches):
             compute = self.computes.get(job.compute)
             if compute is None:
-                self._end_job(job, "Failed", error={"code": "UserError", "message": "Compute not found"})
-                return
-            scorer = self.scoring.load(self._model_of(job))
-            workers: dict[asyncio.Task[None], Node] = {}
-            in_flight: dict[asyncio.Task[None], int] = {}
-
-            async def work(node: Node, index: int) -> None:
-                attempts[index] = attempts.get(index, 0) + 1
-                job.mini_batch_attempts += 1
-                try:
-                    await asyncio.sleep(self.timing.mini_batch)
-                    rows = await asyncio.wait_for(
-                        asyncio.to_thread(scorer.run, batches[index]), timeout=settings.timeout
-                    )
-                    results[index] = rows
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # the scoring script failed this mini-batch
-                    if attempts[index] <= settings.max_retries:
-                        queue.append(index)
-                    else:
-                        failures[index] = f"{type(exc).__name__}: {exc}"
-
-            while len(results) + len(failures) < len(batches):
-                compute = self.computes.get(job.compute)
-                if compute is None:
-                    raise _JobEnded()
+                raise _JobEnded()
+            mine = [n for n in compute.nodes if n.job_name == job.name]
+            missing = settings.instance_count - len(mine)
+            if missing > 0:
+                for node in self._allocate(compute, job, missing):
+                    self._spawn(self._start_node(node))
                 mine = [n for n in compute.nodes if n.job_name == job.name]
-                missing = settings.instance_count - len(mine)
-                if missing > 0:
-                    for node in self._allocate(compute, job, missing):
-                        self._spawn(self._start_node(node))
-                    mine = [n for n in compute.nodes if n.job_name == job.name]
-                ready = [n for n in mine if n.state in ("idle", "running")]
-                if ready and job.status == "Queued":
-                    job.set_status("Running")
-                # evicted nodes: put their unfinished mini-batches back in the queue
-                for task, node in list(workers.items()):
-                    if node not in compute.nodes and not task.done():
-                        task.cancel()
-                for task in [t for t in workers if t.done()]:
-                    index = in_flight.pop(task)
-                    node = workers.pop(task)
-                    if task.cancelled() and index not in results:
-                        queue.insert(0, index)
-                    if node in compute.nodes and not any(w is node for w in workers.values()):
-                        node.state = "idle"
+            self._want_nodes(job, compute, settings.instance_count - len(mine))
+            ready = [n for n in mine if n.state in ("idle", "running")]
+            if ready and scorer is None:
+                # init() runs on the nodes: an import error or a raising init() fails the job
+                scorer = await asyncio.to_thread(self.scoring.load, self._model_of(job))
+            if ready and job.status == "Queued":
+                self._now_running(job)
+            # evicted nodes: put their unfinished mini-batches back in the queue
+            for task, node in list(workers.items()):
+                if (node not in compute.nodes or node.state == "preempted") and not task.done():
+                    task.cancel()
+            for task in [t for t in workers if t.done()]:
+                index = in_flight.pop(task)
+                node = workers.pop(task)
+                if task.cancelled() and index not in results:
+                    queue.insert(0, index)
+                if node in compute.nodes and node.state == "running" and not any(w is node for w in workers.values()):
+                    node.state = "idle"
+            failed_files = sum(len(batches[i]) for i in failures)
+            if failures and self._over_threshold(settings, failed_files):
+                self._fail_batch(job, settings, failures, failed_files, len(files))
+                return
+            if job.status == "Running":  # a NotResponding job takes no new work until it resumes
                 for node in ready:
                     busy = sum(1 for n in workers.values() if n is node)
                     while queue and busy < settings.max_concurrency:
@@ -435,34 +602,45 @@ class Workspace:
                         in_flight[task] = index
                         node.state = "running"
                         busy += 1
-                job.mini_batches_done = len(results)
-                await asyncio.sleep(self.timing.tick)
-            job.set_status("Finalizing")
-            if failures:
-                first = min(failures)
-                self._end_job(
-                    job,
-                    "Failed",
-                    error={
-                        "code": "UserError",
-                        "message": f"{len(failures)} mini-batch(es) failed after "
-                        f"{settings.max_retries} retries; first: mini-batch {first}: {failures[first]}",
-                    },
-                )
-                return
-            rows = [row for index in range(len(batches)) for row in results[index]]
-            job.rows_scored = len(rows)
-            if settings.output_action == "append_row":
-                self._write_output(job, settings.output_file_name, rows)
-            self._end_job(job, "Completed")
-        except _JobEnded:
+            job.mini_batches_done = len(results)
+            await asyncio.sleep(self.timing.tick)
+        failed_files = sum(len(batches[i]) for i in failures)
+        if failures and self._over_threshold(settings, failed_files):  # the last mini-batches to end failed
+            self._fail_batch(job, settings, failures, failed_files, len(files))
             return
-        except asyncio.CancelledError:
+        await self._while_stalled(job)
+        job.set_status("Finalizing")
+        if failures and not results:
+            self._end_job(job, "Failed", error={"code": "UserError", "message": NO_RESULT_MESSAGE})
             return
-        finally:
-            for task in list(locals().get("workers", {})):
-                task.cancel()
-            self._release(self.computes.get(job.compute), job)
+        rows = [row for index in range(len(batches)) if index in results for row in results[index]]
+        job.rows_scored = len(rows)
+        if settings.output_action == "append_row":
+            self._write_output(job, settings.output_file_name, rows)
+        self._end_job(job, "Completed")
+
+    def _over_threshold(self, settings: _BatchSettings, failed_files: int) -> bool:
+        if not self.behaviour.honour_error_threshold:
+            return True  # legacy: the first mini-batch that fails after its retries fails the job
+        return settings.error_threshold >= 0 and failed_files > settings.error_threshold
+
+    def _fail_batch(
+        self, job: Job, settings: _BatchSettings, failures: dict[int, str], failed_files: int, total: int
+    ) -> None:
+        first = min(failures)
+        if self.behaviour.honour_error_threshold:
+            detail = (
+                f"The error threshold {settings.error_threshold} was exceeded: {failed_files} of {total} "
+                f"file(s) failed. First failure: mini-batch {first}: {failures[first]}"
+            )
+        else:
+            detail = (
+                f"{len(failures)} mini-batch(es) failed after {settings.max_retries} retries; "
+                f"first: mini-batch {first}: {failures[first]}"
+            )
+        self._end_job(
+            job, "Failed", error={"code": "UserError", "message": RUNNER_FAILED_MESSAGE.format(detail=detail)}
+        )
 
     def _model_of(self, job: Job) -> str:
         dep = self.deployments.get((job.endpoint or "", job.deployment or ""))
@@ -476,11 +654,14 @@ class Workspace:
 
     def _write_output(self, job: Job, file_name: str, rows: list[str]) -> None:
         folder = self.resolve_uri(job.output_uri or "")
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / file_name
         tmp = folder / f".{file_name}.{job.name}.tmp"
-        tmp.write_text("".join(r if r.endswith("\n") else r + "\n" for r in rows))
-        tmp.replace(target)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp.write_text("".join(r if r.endswith("\n") else r + "\n" for r in rows))
+            tmp.replace(folder / file_name)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise RuntimeError(f"Cannot write the output file {file_name!r}: {exc.strerror or exc}") from None
 
     async def _run_command(self, job: Job, compute: Compute) -> None:
         try:
@@ -490,14 +671,16 @@ class Workspace:
             if compute.compute_type == "AmlCompute":
                 while not nodes:
                     nodes = self._allocate(compute, job, 1)
+                    self._want_nodes(job, compute, 1 - len(nodes))
                     if not nodes:
                         await asyncio.sleep(self.timing.tick)
                 await asyncio.sleep(self.timing.node_startup)
                 for node in nodes:
                     node.state = "running"
-            job.set_status("Running")
+            self._now_running(job)
             await asyncio.sleep(self.timing.command_job)
-            if compute.compute_type == "AmlCompute" and not any(n in compute.nodes for n in nodes):
+            await self._while_stalled(job)
+            if compute.compute_type == "AmlCompute" and not any(n.job_name == job.name for n in compute.nodes):
                 return  # preempted: the preemption already ended the job
             self._end_job(job, "Completed")
         except asyncio.CancelledError:
@@ -523,27 +706,52 @@ class Workspace:
         busy = [n for n in compute.nodes if n.state in ("running", "idle", "preparing")]
         busy.sort(key=lambda n: n.state != "running")
         victims = busy[:count]
+        jobs = {n.job_name for n in victims if n.job_name}
         for node in victims:
-            compute.nodes.remove(node)
-            node.state = "preempted"
-        compute.preempted_node_count += len(victims)
-        compute.modified = utcnow()
+            self._evict(compute, node)
+        if victims and compute.max_nodes == 1 and self.behaviour.single_node_eviction_cancels:
+            self._lose_capacity(compute, jobs, "canceled")  # seed 000/001: a single-node cluster cannot go on
         return len(victims)
+
+    def _evict(self, compute: Compute, node: Node) -> None:
+        """One node taken back: counted in preemptedNodeCount until it is deallocated (a gauge)."""
+        if node not in compute.nodes or node.state == "preempted":
+            return
+        compute.preempted_node_count += 1
+        compute.modified = utcnow()
+        node.job_name = None
+        node.state = "preempted"
+        if not self.behaviour.preempted_gauge:
+            compute.nodes.remove(node)
+            return
+        node.preempted_at = asyncio.get_running_loop().time()
+        self._spawn(self._deallocate(compute, node, self.behaviour.preempted_node_release_seconds))
+
+    async def _deallocate(self, compute: Compute, node: Node, after: float) -> None:
+        await asyncio.sleep(after)
+        if node in compute.nodes:
+            compute.nodes.remove(node)
+            compute.modified = utcnow()
 
     def preempt_cluster(self, cluster: str, form: str = "canceled") -> list[str]:
         """Preempt every node; running jobs end as Canceled (lost capacity) or Failed (PreemptionError)."""
         if form not in ("canceled", "failed"):
             raise EmulatorError(400, "BadRequest", "form must be 'canceled' or 'failed'")
         compute = self._cluster(cluster)
-        compute.preempted_node_count += max(1, len(compute.nodes))
-        compute.nodes.clear()
-        compute.modified = utcnow()
+        for node in list(compute.nodes):
+            self._evict(compute, node)
+        jobs = {j.name for j in self.jobs.values() if j.compute == cluster and j.status in ACTIVE_JOB_STATES}
+        return self._lose_capacity(compute, jobs, form)
+
+    def _lose_capacity(self, compute: Compute, job_names: set[str], form: str) -> list[str]:
+        """End the jobs that lost their capacity, as Azure shows it: status (and the PreemptionError text)."""
         ended = []
         for job in list(self.jobs.values()):
-            if job.compute != cluster or job.status not in ACTIVE_JOB_STATES:
+            if job.name not in job_names or job.compute != compute.name or job.status not in ACTIVE_JOB_STATES:
                 continue
             if form == "canceled":
-                job.warnings.append({"source": "capacity", "message": CAPACITY_LOST_MESSAGE})
+                if self.behaviour.capacity_cancel_message:
+                    job.warnings.append({"source": "capacity", "message": CAPACITY_LOST_MESSAGE})
                 self._end_job(job, "Canceled")
             else:
                 self._end_job(job, "Failed", error={"code": "UserError", "message": PREEMPTION_ERROR_MESSAGE})
@@ -565,14 +773,8 @@ class Workspace:
             compute = self.computes[cluster]
             for node in list(compute.nodes):
                 if node.state == "running" and self.rng.random() < self.eviction_rate[cluster] * step:
-                    self.evict_nodes_specific(compute, node)
+                    self._evict(compute, node)
             await asyncio.sleep(step)
-
-    def evict_nodes_specific(self, compute: Compute, node: Node) -> None:
-        if node in compute.nodes:
-            compute.nodes.remove(node)
-            node.state = "preempted"
-            compute.preempted_node_count += 1
 
     def _cluster(self, name: str) -> Compute:
         compute = self.computes.get(name)
@@ -605,20 +807,72 @@ class _BatchSettings:
     timeout: float
     output_action: str
     output_file_name: str
+    error_threshold: int
 
     @classmethod
-    def from_deployment(cls, dep: dict[str, Any], output_file: Any, mini_batch: Any, instances: Any) -> _BatchSettings:
-        retry = dep.get("retrySettings") or {}
-        action = str(dep.get("outputAction") or "AppendRow").lower()
+    def from_deployment(cls, dep: dict[str, Any], invoke: dict[str, Any]) -> _BatchSettings:
+        """The deployment's settings with the invoke's overrides; a bad value is a 400, as the service answers."""
+        retry = {**(dep.get("retrySettings") or {}), **(invoke.get("retrySettings") or {})}
+        action = str(dep.get("outputAction") or "AppendRow")
+        if action.lower() not in ("appendrow", "append_row", "summaryonly", "summary_only"):
+            raise _bad_setting("outputAction", action, "AppendRow or SummaryOnly")
+        timeout = parse_duration_seconds(retry.get("timeout"), -1.0) if retry.get("timeout") is not None else 30.0
+        if timeout <= 0:
+            raise _bad_setting("retrySettings.timeout", retry.get("timeout"), "a positive ISO 8601 duration")
         return cls(
-            mini_batch_size=max(1, int(mini_batch or dep.get("miniBatchSize") or 10)),
-            instance_count=max(1, int(instances or (dep.get("resources") or {}).get("instanceCount") or 1)),
-            max_concurrency=max(1, int(dep.get("maxConcurrencyPerInstance") or 1)),
-            max_retries=max(0, int(retry.get("maxRetries", 3))),
-            timeout=parse_duration_seconds(retry.get("timeout"), 30.0),
-            output_action="append_row" if action in ("appendrow", "append_row") else "summary_only",
-            output_file_name=str(output_file or dep.get("outputFileName") or "predictions.csv"),
+            mini_batch_size=_int_setting("miniBatchSize", invoke.get("miniBatchSize"), dep.get("miniBatchSize"), 10, 1),
+            instance_count=_int_setting(
+                "resources.instanceCount",
+                (invoke.get("compute") or {}).get("instanceCount"),
+                (dep.get("resources") or {}).get("instanceCount"),
+                1,
+                1,
+            ),
+            max_concurrency=_int_setting("maxConcurrencyPerInstance", None, dep.get("maxConcurrencyPerInstance"), 1, 1),
+            max_retries=_int_setting("retrySettings.maxRetries", None, retry.get("maxRetries"), 3, 0),
+            timeout=timeout,
+            output_action="append_row" if action.lower() in ("appendrow", "append_row") else "summary_only",
+            output_file_name=str(invoke.get("outputFileName") or dep.get("outputFileName") or "predictions.csv"),
+            error_threshold=_int_setting(
+                "errorThreshold", invoke.get("errorThreshold"), dep.get("errorThreshold"), -1, -1
+            ),
         )
+
+
+def _bad_setting(field_name: str, value: Any, wanted: str) -> EmulatorError:
+    return EmulatorError(400, "UserError", f"Invalid value {value!r} for {field_name}: expected {wanted}.")
+
+
+def _int_setting(field_name: str, override: Any, value: Any, default: int, minimum: int) -> int:
+    chosen = override if override is not None else value
+    if chosen is None:
+        return default
+    if isinstance(chosen, bool) or not isinstance(chosen, (int, str)) or not str(chosen).lstrip("-").isdigit():
+        raise _bad_setting(field_name, chosen, f"an integer >= {minimum}")
+    if int(chosen) < minimum:
+        raise _bad_setting(field_name, chosen, f"an integer >= {minimum}")
+    return int(chosen)
+
+
+_READ_ONLY_JOB_FIELDS = frozenset({"status", "services"})
+_MUTABLE_JOB_FIELDS = frozenset({"description", "tags", "displayName", "properties", "isArchived"})
+
+
+def _immutable_view(props: dict[str, Any]) -> dict[str, Any]:
+    """The job fields Azure will not change on a PUT, with absent and null treated alike."""
+    return {
+        k: _without_nulls(v)
+        for k, v in props.items()
+        if k not in _READ_ONLY_JOB_FIELDS and k not in _MUTABLE_JOB_FIELDS and v is not None
+    }
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def _short_name(ref: Any) -> str | None:

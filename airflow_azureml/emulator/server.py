@@ -32,7 +32,7 @@ from airflow_azureml.emulator.kubernetes import (
     write_kubeconfig,
 )
 from airflow_azureml.emulator.models import Job
-from airflow_azureml.emulator.routes import Routes, arm_error
+from airflow_azureml.emulator.routes import Routes, arm_error, token_principal
 from airflow_azureml.emulator.runtime import EmulatorError, Timing, Workspace
 
 log = logging.getLogger(__name__)
@@ -230,29 +230,41 @@ class Emulator:
                         'error="invalid_token"'
                     },
                 )
+            entry.update(token_principal(token))  # who: the request log names the caller of every request
+        fault = None
         if not request.path.startswith("/_emulator/") and not is_identity:
             fault = self.faults.pick(request.method, request.path)
             if fault is not None:
-                entry["fault"] = fault.kind
-                if fault.kind == "drop":
-                    if request.transport is not None:
-                        request.transport.abort()
-                    raise asyncio.CancelledError
-                if fault.kind == "latency":
-                    await asyncio.sleep(fault.seconds)
-                else:
-                    headers = {"Retry-After": _fmt(fault.retry_after)} if fault.retry_after is not None else {}
-                    code = "TooManyRequests" if fault.status == 429 else "ServiceUnavailable"
-                    if is_kubernetes_path(request.path):
-                        response = status_response(fault.status, code, f"Injected fault: HTTP {fault.status}")
-                        response.headers.update(headers)
-                        return response
-                    return web.json_response(
-                        {"error": {"code": code, "message": f"Injected fault: HTTP {fault.status}"}},
-                        status=fault.status,
-                        headers=headers,
-                    )
-        return await handler(request)
+                entry["fault"] = fault.label
+                if fault.when == "before":
+                    injected = await self._inject(request, fault)
+                    if injected is not None:
+                        return injected
+        response = await handler(request)
+        if fault is not None and fault.when == "after":  # the work is done; now lose or replace the answer
+            return await self._inject(request, fault) or response
+        return response
+
+    async def _inject(self, request: web.Request, fault: FaultRule) -> web.StreamResponse | None:
+        """Apply ``fault``: drop the connection, wait, or answer its status. None: go on normally."""
+        if fault.kind == "drop":
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        if fault.kind == "latency":
+            await asyncio.sleep(fault.seconds)
+            return None
+        headers = {"Retry-After": _fmt(fault.retry_after)} if fault.retry_after is not None else {}
+        code = _FAULT_CODES.get(fault.status, "ServiceUnavailable")
+        if is_kubernetes_path(request.path):
+            response = status_response(fault.status, code, f"Injected fault: HTTP {fault.status}")
+            response.headers.update(headers)
+            return response
+        return web.json_response(
+            {"error": {"code": code, "message": f"Injected fault: HTTP {fault.status}"}},
+            status=fault.status,
+            headers=headers,
+        )
 
     # --------------------------------------------------------- connection info
     def connection_info(self) -> dict[str, Any]:
@@ -337,6 +349,21 @@ class Emulator:
     def expire_tokens(self) -> int:
         return self.call(self.identity.expire_all)
 
+    def set_behaviour(self, **switches: Any) -> dict[str, Any]:
+        """Change behaviour switches (``runtime.Behaviour``); returns them all. Also ``POST /_emulator/behaviour``."""
+        return self.call(lambda: self.workspace.set_behaviour(switches))
+
+    def behaviour(self) -> dict[str, Any]:
+        return self.call(self.workspace.behaviour.to_dict)
+
+    def set_deployment_behaviour(self, endpoint: str, deployment: str, **switches: bool) -> dict[str, bool]:
+        """Per-deployment switches, e.g. ``ignore_job_name=True`` (Azure/azure-sdk-for-python#32763)."""
+        return self.call(lambda: self.workspace.set_deployment_behaviour(endpoint, deployment, switches))
+
+    def stall_job(self, name: str, seconds: float) -> None:
+        """A Running job goes NotResponding for ``seconds``, then resumes and goes on to its end."""
+        self.call(lambda: self.workspace.stall_job(name, seconds))
+
     def register_model(self, name: str, version: str, scoring_module: str) -> None:
         self.call(lambda: self.workspace.register_model(name, version, scoring_module=scoring_module))
 
@@ -387,6 +414,15 @@ class Emulator:
         if "://" in uri_or_relative:
             return self.workspace.resolve_uri(uri_or_relative)
         return self.workspace.datastore_root("workspaceblobstore") / uri_or_relative
+
+
+_FAULT_CODES = {
+    429: "TooManyRequests",
+    500: "InternalServerError",
+    502: "BadGateway",
+    503: "ServiceUnavailable",
+    504: "GatewayTimeout",
+}
 
 
 def _fmt(value: float) -> str:

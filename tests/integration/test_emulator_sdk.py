@@ -132,7 +132,8 @@ def test_node_evictions_keep_every_row_exactly_once(emulator: Emulator, azureml_
         workspace_name=emulator.workspace_name,
         compute_name="low-pri-cluster",
     )
-    assert compute.properties.properties.node_state_counts.preempted_node_count == evicted
+    # preemptedNodeCount is a gauge: the evicted nodes were deallocated or replaced by now (docs/emulator.md)
+    assert compute.properties.properties.node_state_counts.preempted_node_count <= evicted
 
 
 @pytest.mark.parametrize("form", ["canceled", "failed"])
@@ -141,6 +142,7 @@ def test_whole_cluster_preemption(emulator: Emulator, azureml_conn: dict[str, An
     write_heart_csvs(emulator.datastore_path("inputs/pre"), files=40, rows_per_file=5)
     name = invoke(ml, "inputs/pre", f"job-pre-{form}")
     wait_status(emulator, name, "Running")
+    emulator.set_behaviour(preempted_node_release_seconds=30)  # keep the gauge up while this test reads it
     assert emulator.preempt_cluster("low-pri-cluster", form=form) == [name]
     status = wait_terminal(ml, name)
     details = ml.jobs._runs_operations.get_run_details(name)
@@ -152,7 +154,7 @@ def test_whole_cluster_preemption(emulator: Emulator, azureml_conn: dict[str, An
     assert compute.properties.properties.node_state_counts.preempted_node_count > 0
     if form == "canceled":
         assert status == "Canceled"
-        assert any("capacity" in w.message for w in details.warnings)
+        assert details.error is None and not details.warnings  # Azure documents no message for this cancel
     else:
         assert status == "Failed"
         assert "PreemptionError: Nodes of this job got pre-empted" in details.error.error.message

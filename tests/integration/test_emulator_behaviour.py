@@ -1,0 +1,547 @@
+"""The emulator's behaviour switches, each shown with the real MLClient as Azure would show it.
+
+Every switch is documented in docs/emulator.md ("Behaviours") with its default and its source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.emulator.models import PREEMPTION_ERROR_MESSAGE
+from airflow_azureml.emulator.scoring.data import write_heart_csvs
+from airflow_azureml.hooks.azure_ml import AzureMLHook
+from tests.integration.test_emulator_sdk import (
+    DEPLOYMENT,
+    ENDPOINT,
+    input_ids,
+    invoke,
+    prediction_ids,
+    setup_workspace,
+    wait_status,
+    wait_terminal,
+)
+
+CLUSTER = "low-pri-cluster"
+
+
+def until(predicate: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    """Poll ``predicate`` until it returns something truthy (no timing assertions, only a deadline)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"never saw {what}")
+
+
+def compute_props(ml: Any, emulator: Emulator) -> Any:
+    """The AmlCompute properties as the SDK's REST client reads them (node counts, allocation state)."""
+    compute = ml.compute._operation.get(
+        resource_group_name=emulator.resource_group, workspace_name=emulator.workspace_name, compute_name=CLUSTER
+    )
+    return compute.properties.properties
+
+
+def status_of(ml: Any, name: str) -> str:
+    status = ml.jobs.get(name).status
+    return str(getattr(status, "value", status))
+
+
+def control(emulator: Emulator, method: str, path: str, body: Any = None) -> Any:
+    """The authenticated control API, with a token from the emulator's own identity endpoint."""
+    from azure.identity import ClientSecretCredential
+
+    credential = ClientSecretCredential(
+        emulator.tenant_id,
+        emulator.client_id,
+        emulator.client_secret,
+        authority=emulator.base_url,
+        connection_verify=emulator.ca_cert,
+        disable_instance_discovery=True,
+    )
+    token = credential.get_token(f"{emulator.base_url}/.default").token
+    response = requests.request(
+        method,
+        f"{emulator.base_url}{path}",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        verify=emulator.ca_cert,
+        timeout=10,
+    )
+    response.raise_for_status()
+    return response.json()
+
+
+def scoring_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> str:
+    folder = tmp_path / "scoring_modules"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return name
+
+
+FAILS_ON_BAD_FILES = """
+    from airflow_azureml.emulator.scoring import heart
+
+    def init():
+        heart.init()
+
+    def run(mini_batch):
+        if any("bad" in path for path in mini_batch):
+            raise ValueError("cannot score a bad file")
+        return heart.run(mini_batch)
+"""
+
+
+def deploy_model(ml: Any, emulator: Emulator, module: str, **settings: Any) -> None:
+    """Bind a model served by ``module`` to the seed deployment, with deployment ``settings`` changed."""
+    emulator.register_model("custom-model", "1", module)
+    deployment = ml.batch_deployments.get(name=DEPLOYMENT, endpoint_name=ENDPOINT)
+    deployment.model = "azureml:custom-model:1"
+    for key, value in settings.items():
+        setattr(deployment.settings if hasattr(deployment, "settings") else deployment, key, value)
+    ml.batch_deployments.begin_create_or_update(deployment).result()
+
+
+# ---------------------------------------------------------------- 1. gauges
+def test_preempted_node_count_is_a_gauge(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    emulator.set_behaviour(preempted_node_release_seconds=0.3)
+    write_heart_csvs(emulator.datastore_path("inputs/gauge"), files=60, rows_per_file=3)
+    name = invoke(ml, "inputs/gauge", "job-gauge")
+    wait_status(emulator, name, "Running")
+    until(lambda: compute_props(ml, emulator).allocation_state == "Steady", "Steady with the job's nodes up")
+    before = compute_props(ml, emulator)
+    assert before.node_state_counts.preempted_node_count == 0 and before.current_node_count == 2
+    assert emulator.evict_nodes(CLUSTER, 1) == 1
+    during = compute_props(ml, emulator)
+    assert during.node_state_counts.preempted_node_count == 1
+    assert during.allocation_state == "Resizing"
+    assert during.current_node_count == 2  # the evicted node is still counted until it is deallocated
+    after = until(
+        lambda: (p := compute_props(ml, emulator)).node_state_counts.preempted_node_count == 0 and p,
+        "the preempted node released",
+    )
+    assert after.current_node_count <= 2
+    until(lambda: compute_props(ml, emulator).allocation_state == "Steady", "Steady again")
+    assert wait_terminal(ml, name) == "Completed"
+    assert sorted(prediction_ids(emulator, name)) == sorted(input_ids(emulator.datastore_path("inputs/gauge")))
+
+
+def test_gauge_switch_off_keeps_the_legacy_counter(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    control(emulator, "POST", "/_emulator/behaviour", {"preempted_gauge": False})
+    write_heart_csvs(emulator.datastore_path("inputs/counter"), files=30, rows_per_file=3)
+    name = invoke(ml, "inputs/counter", "job-counter")
+    wait_status(emulator, name, "Running")
+    until(lambda: emulator.evict_nodes(CLUSTER, 1), "a node to evict")
+    assert wait_terminal(ml, name) == "Completed"
+    assert compute_props(ml, emulator).node_state_counts.preempted_node_count == 1
+
+
+# ------------------------------------------------ 2. cancel and preemption
+def run_history(ml: Any, name: str) -> Any:
+    return ml.jobs._runs_operations.get_run_details(name)
+
+
+def test_user_cancel_on_low_priority_looks_like_azure(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/cancel"), files=40, rows_per_file=3)
+    name = invoke(ml, "inputs/cancel", "job-user-cancel")
+    wait_status(emulator, name, "Running")
+    ml.jobs.begin_cancel(name).result()
+    assert wait_terminal(ml, name) == "Canceled"
+    details = run_history(ml, name)
+    assert details.error is None
+    assert not details.warnings
+    assert "azureml.cancelRequested" not in (details.properties or {})
+    assert compute_props(ml, emulator).node_state_counts.preempted_node_count == 0
+
+
+def test_capacity_lost_cancel_is_told_apart_only_by_node_counts(
+    emulator: Emulator, azureml_conn: dict[str, Any]
+) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/lost"), files=40, rows_per_file=3)
+    user = invoke(ml, "inputs/lost", "job-cancel-user")
+    wait_status(emulator, user, "Running")
+    ml.jobs.begin_cancel(user).result()
+    assert wait_terminal(ml, user) == "Canceled"
+    lost = invoke(ml, "inputs/lost", "job-cancel-lost")
+    wait_status(emulator, lost, "Running")
+    until(lambda: compute_props(ml, emulator).current_node_count == 2, "the job's nodes")
+    assert emulator.preempt_cluster(CLUSTER, form="canceled") == [lost]
+    assert wait_terminal(ml, lost) == "Canceled"
+    user_details, lost_details = run_history(ml, user), run_history(ml, lost)
+    assert (user_details.error, lost_details.error) == (None, None)
+    assert user_details.warnings == lost_details.warnings == []
+    assert sorted(user_details.properties) == sorted(lost_details.properties)
+    assert ml.jobs.get(user).properties.keys() == ml.jobs.get(lost).properties.keys()
+    assert compute_props(ml, emulator).node_state_counts.preempted_node_count == 2  # the only evidence
+
+
+def test_preemption_failure_text_is_azures(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/pf"), files=40, rows_per_file=3)
+    name = invoke(ml, "inputs/pf", "job-preempt-failed")
+    wait_status(emulator, name, "Running")
+    emulator.preempt_cluster(CLUSTER, form="failed")
+    assert wait_terminal(ml, name) == "Failed"
+    assert run_history(ml, name).error.error.message == PREEMPTION_ERROR_MESSAGE
+
+
+# ---------------------------------------------------- 5. faults after commit
+def _job_count(emulator: Emulator) -> int:
+    return len(emulator.jobs())
+
+
+@pytest.mark.parametrize("kind", ["drop", "status"])
+def test_invoke_response_lost_after_commit(emulator: Emulator, azureml_conn: dict[str, Any], kind: str) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/lost-response"), files=2, rows_per_file=3)
+    emulator.add_fault(kind=kind, status=500, when="after", route="invoke")
+    with pytest.raises(HttpResponseError) as excinfo:  # the SDK retries; the service answers 409 for the name
+        invoke(ml, "inputs/lost-response", "job-lost-response")
+    assert excinfo.value.status_code == 409
+    assert [j.name for j in emulator.jobs()] == ["job-lost-response"]  # the work was done, exactly once
+    posts = [r for r in emulator.requests() if r["method"] == "POST" and r["path"].endswith("/jobs")]
+    assert posts[0].get("fault") == f"{kind}-after"
+    assert wait_terminal(ml, "job-lost-response") == "Completed"
+
+
+def test_invoke_without_a_name_after_lost_response_duplicates(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    """The SDK's own retry of a lost invoke creates a second job unless the caller fixed the name (#31166)."""
+    from azure.ai.ml import Input
+
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/noname"), files=1, rows_per_file=3)
+    emulator.add_fault(kind="drop", when="after", route="invoke")
+    ml.batch_endpoints.invoke(
+        endpoint_name=ENDPOINT,
+        deployment_name=DEPLOYMENT,
+        inputs={
+            "heart_dataset": Input(
+                type="uri_folder", path="azureml://datastores/workspaceblobstore/paths/inputs/noname/"
+            )
+        },
+    )
+    assert _job_count(emulator) == 2
+
+
+@pytest.mark.parametrize("kind", ["drop", "status"])
+def test_command_job_put_lost_after_commit(emulator: Emulator, azureml_conn: dict[str, Any], kind: str) -> None:
+    ml = setup_workspace(AzureMLHook())
+    emulator.add_fault(kind=kind, status=503, when="after", route="job_put")
+    job = ml.jobs.create_or_update(command_job("cmd-lost"))  # PUT is idempotent: the retry returns the job
+    assert job.name == "cmd-lost"
+    puts = [r for r in emulator.requests() if r["method"] == "PUT" and r["path"].endswith("/jobs/cmd-lost")]
+    assert puts[0].get("fault") == f"{kind}-after" and puts[-1]["status"] == 200
+    assert [j.name for j in emulator.jobs()] == ["cmd-lost"]
+
+
+@pytest.mark.parametrize("kind", ["drop", "status"])
+def test_compute_put_lost_after_commit(emulator: Emulator, azureml_conn: dict[str, Any], kind: str) -> None:
+    from azure.ai.ml.entities import AmlCompute
+
+    ml = AzureMLHook().get_conn()
+    emulator.add_fault(kind=kind, status=503, when="after", route="compute_put")
+    ml.compute.begin_create_or_update(
+        AmlCompute(name="spot", size="STANDARD_DS3_V2", tier="low_priority", max_instances=1)
+    ).result()
+    puts = [r for r in emulator.requests() if r["method"] == "PUT" and r["path"].endswith("/computes/spot")]
+    assert puts[0].get("fault") == f"{kind}-after"
+    assert ml.compute.get("spot").tier == "low_priority"
+
+
+@pytest.mark.parametrize("kind", ["drop", "status"])
+def test_cancel_lost_after_commit(emulator: Emulator, azureml_conn: dict[str, Any], kind: str) -> None:
+    from azure.core.exceptions import AzureError
+
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/c"), files=40, rows_per_file=3)
+    name = invoke(ml, "inputs/c", "job-cancel-lost-response")
+    wait_status(emulator, name, "Running")
+    emulator.add_fault(kind=kind, status=500, when="after", route="cancel")
+    with contextlib.suppress(AzureError):  # the caller may or may not see an error: the cancel happened
+        ml.jobs.begin_cancel(name).result()
+    assert wait_terminal(ml, name) == "Canceled"
+    cancels = [r for r in emulator.requests() if r["path"].endswith(f"/jobs/{name}/cancel")]
+    assert cancels[0].get("fault") == f"{kind}-after"
+
+
+def test_after_commit_fault_from_the_control_api(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/ctl"), files=1, rows_per_file=3)
+    control(
+        emulator, "POST", "/_emulator/faults", {"kind": "status", "status": 503, "when": "after", "route": "invoke"}
+    )
+    with pytest.raises(HttpResponseError):
+        invoke(ml, "inputs/ctl", "job-ctl")
+    assert [j.name for j in emulator.jobs()] == ["job-ctl"]
+
+
+# ------------------------------------------------- 6. requested name ignored
+def test_deployment_can_ignore_the_requested_job_name(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    from azure.core.exceptions import ResourceNotFoundError
+
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/rename"), files=1, rows_per_file=3)
+    emulator.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    first = invoke(ml, "inputs/rename", "wanted-name")
+    second = invoke(ml, "inputs/rename", "wanted-name")  # no 409: the name was never used
+    assert "wanted-name" not in (first, second) and first != second
+    with pytest.raises(ResourceNotFoundError):
+        ml.jobs.get("wanted-name")
+    assert wait_terminal(ml, first) == "Completed"
+    control(
+        emulator,
+        "POST",
+        f"/_emulator/batchEndpoints/{ENDPOINT}/deployments/{DEPLOYMENT}/behaviour",
+        {"ignore_job_name": False},
+    )
+    assert invoke(ml, "inputs/rename", "wanted-name") == "wanted-name"
+
+
+# ---------------------------------------------------------- 7. immutable jobs
+def command_job(name: str, command_line: str = "echo hello", tags: dict[str, str] | None = None) -> Any:
+    from azure.ai.ml import command
+
+    return command(
+        name=name,
+        command=command_line,
+        environment="azureml:AzureML-sklearn-1.5@latest",
+        compute=CLUSTER,
+        display_name=name,
+        experiment_name="behaviour",
+        tags=tags or {},
+    )
+
+
+def test_command_job_put_is_immutable(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    ml = setup_workspace(AzureMLHook())
+    ml.jobs.create_or_update(command_job("cmd-immutable", tags={"a": "1"}))
+    again = ml.jobs.create_or_update(command_job("cmd-immutable", tags={"a": "1"}))  # identical: the job
+    assert again.name == "cmd-immutable"
+    retagged = ml.jobs.create_or_update(command_job("cmd-immutable", tags={"a": "1", "b": "2"}))
+    assert retagged.tags == {"a": "1", "b": "2"}  # tags are mutable
+    with pytest.raises(HttpResponseError) as excinfo:
+        ml.jobs.create_or_update(command_job("cmd-immutable", command_line="echo changed"))
+    assert excinfo.value.status_code == 400
+    assert "A job with this name already exists" in str(excinfo.value)
+    assert "Only description, tags, displayName, properties, and isArchived can be updated" in str(excinfo.value)
+    assert ml.jobs.get("cmd-immutable").command == "echo hello"
+
+
+# -------------------------------------------------------------- 8. stalls
+def test_stalled_job_goes_not_responding_then_completes(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    emulator.set_behaviour(stall_seconds=0.5)
+    write_heart_csvs(emulator.datastore_path("inputs/stall"), files=6, rows_per_file=3)
+    name = invoke(ml, "inputs/stall", "job-stall")
+    until(lambda: status_of(ml, name) == "NotResponding", "NotResponding")
+    assert wait_terminal(ml, name) == "Completed"
+    assert sorted(prediction_ids(emulator, name)) == sorted(input_ids(emulator.datastore_path("inputs/stall")))
+
+
+def test_one_job_stalled_from_the_control_api(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    job = ml.jobs.create_or_update(command_job("cmd-stall"))
+    until(lambda: status_of(ml, job.name) == "Running", "Running")
+    control(emulator, "POST", "/_emulator/jobs/cmd-stall/stall", {"seconds": 0.5})
+    assert status_of(ml, job.name) == "NotResponding"
+    assert wait_terminal(ml, job.name) == "Completed"
+
+
+# ----------------------------------------------------- 9. deleted computes
+def test_deleting_a_compute_fails_its_jobs_and_logs_who(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/del"), files=40, rows_per_file=3)
+    name = invoke(ml, "inputs/del", "job-deleted-compute")
+    wait_status(emulator, name, "Running")
+    ml.compute.begin_delete(CLUSTER).result()
+    assert wait_terminal(ml, name) == "Failed"
+    deletes = [r for r in emulator.requests() if r["method"] == "DELETE" and r["path"].endswith(f"/computes/{CLUSTER}")]
+    assert len(deletes) == 1
+    assert deletes[0]["client_id"] == emulator.client_id and deletes[0]["oid"] == emulator.client_id
+    assert deletes[0]["t"] > 0 and deletes[0]["status"] == 202
+
+
+# ----------------------------------------------------- 10. error_threshold
+def write_with_bad_files(emulator: Emulator, folder: str, bad: int) -> Path:
+    path = emulator.datastore_path(folder)
+    write_heart_csvs(path, files=6, rows_per_file=4)
+    for index in range(bad):
+        write_heart_csvs(path / f"bad{index}", files=1, rows_per_file=4, seed=index + 10, id_prefix=f"bad{index}-")
+    return path
+
+
+def test_error_threshold_default_ignores_failed_files(
+    emulator: Emulator, azureml_conn: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ml = setup_workspace(AzureMLHook())
+    deploy_model(
+        ml, emulator, scoring_module(tmp_path, monkeypatch, "fails_on_bad", FAILS_ON_BAD_FILES), mini_batch_size=1
+    )
+    path = write_with_bad_files(emulator, "inputs/thr-default", bad=2)
+    name = invoke(ml, "inputs/thr-default", "job-thr-default")
+    assert wait_terminal(ml, name) == "Completed"
+    good = input_ids(path)  # top-level files only: the bad ones are in sub-folders
+    assert sorted(prediction_ids(emulator, name)) == sorted(good)
+
+
+def test_error_threshold_n_fails_once_more_than_n_files_failed(
+    emulator: Emulator, azureml_conn: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ml = setup_workspace(AzureMLHook())
+    deploy_model(
+        ml,
+        emulator,
+        scoring_module(tmp_path, monkeypatch, "fails_on_bad_n", FAILS_ON_BAD_FILES),
+        error_threshold=1,
+        mini_batch_size=1,
+    )
+    write_with_bad_files(emulator, "inputs/thr-one", bad=1)
+    within = invoke(ml, "inputs/thr-one", "job-thr-within")
+    assert wait_terminal(ml, within) == "Completed"  # 1 failed file is not more than 1
+    write_with_bad_files(emulator, "inputs/thr-two", bad=2)
+    over = invoke(ml, "inputs/thr-two", "job-thr-over")
+    assert wait_terminal(ml, over) == "Failed"
+    assert "error threshold" in run_history(ml, over).error.error.message
+    assert not emulator.datastore_path(f"azureml/{over}/score/predictions.csv").exists()
+
+
+# ----------------------------------------------------- 11. a job always ends
+@pytest.mark.parametrize(
+    ("source", "detail"),
+    [
+        ("import no_such_package_for_scoring\n", "No module named 'no_such_package_for_scoring'"),
+        (
+            "def init():\n    raise RuntimeError('model file missing')\n\ndef run(b):\n    return []\n",
+            "model file missing",
+        ),
+    ],
+    ids=["import-fails", "init-raises"],
+)
+def test_scoring_script_failure_fails_the_job(
+    emulator: Emulator,
+    azureml_conn: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    source: str,
+    detail: str,
+) -> None:
+    ml = setup_workspace(AzureMLHook())
+    module = scoring_module(tmp_path, monkeypatch, f"broken_{abs(hash(source)) % 10_000}", source)
+    deploy_model(ml, emulator, module)
+    write_heart_csvs(emulator.datastore_path("inputs/broken"), files=2, rows_per_file=3)
+    name = invoke(ml, "inputs/broken", "job-broken")
+    assert wait_terminal(ml, name) == "Failed"
+    message = run_history(ml, name).error.error.message
+    assert "Execution failed. User process" in message and detail in message
+
+
+def test_output_that_cannot_be_written_fails_the_job(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/out"), files=2, rows_per_file=3)
+    emulator.datastore_path("azureml/job-unwritable/score/predictions.csv").mkdir(parents=True)  # a folder in the way
+    assert wait_terminal(ml, invoke(ml, "inputs/out", "job-unwritable")) == "Failed"
+    assert "predictions.csv" in run_history(ml, "job-unwritable").error.error.message
+
+
+def test_bad_deployment_setting_is_refused_when_written(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    ml = setup_workspace(AzureMLHook())
+    deployment = ml.batch_deployments.get(name=DEPLOYMENT, endpoint_name=ENDPOINT)
+    deployment.error_threshold = -5
+    with pytest.raises(HttpResponseError) as excinfo:
+        ml.batch_deployments.begin_create_or_update(deployment).result()
+    assert excinfo.value.status_code == 400 and "errorThreshold" in str(excinfo.value)
+
+
+def test_refused_invoke_leaves_no_job(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    from azure.ai.ml import Input
+    from azure.core.exceptions import HttpResponseError
+
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/refused"), files=1, rows_per_file=3)
+    with pytest.raises(HttpResponseError) as excinfo:
+        ml.batch_endpoints.invoke(
+            endpoint_name=ENDPOINT,
+            deployment_name=DEPLOYMENT,
+            inputs={
+                "heart_dataset": Input(
+                    type="uri_folder", path="azureml://datastores/workspaceblobstore/paths/inputs/refused/"
+                )
+            },
+            job_name="job-refused",
+            params_override=[{"mini_batch_size": 0}],
+        )
+    assert excinfo.value.status_code == 400
+    assert emulator.jobs() == []
+
+
+# ------------------------------------------------------ tags and properties
+def test_list_jobs_filters_by_tag_and_invoke_properties(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    from azure.ai.ml import Input
+
+    from airflow_azureml.naming import UNIT_TAG
+
+    ml = setup_workspace(AzureMLHook())
+    ml.jobs.create_or_update(command_job("cmd-tagged", tags={UNIT_TAG: "unit-1"}))
+    ml.jobs.create_or_update(command_job("cmd-untagged"))
+    assert [j.name for j in ml.jobs.list(tag=UNIT_TAG)] == ["cmd-tagged"]
+    write_heart_csvs(emulator.datastore_path("inputs/props"), files=1, rows_per_file=3)
+    ml.batch_endpoints.invoke(
+        endpoint_name=ENDPOINT,
+        deployment_name=DEPLOYMENT,
+        inputs={
+            "heart_dataset": Input(
+                type="uri_folder", path="azureml://datastores/workspaceblobstore/paths/inputs/props/"
+            )
+        },
+        job_name="job-props",
+        # invoke has no tags; its run properties go in params_override (experiment_name= would replace them)
+        params_override=[{"properties": {UNIT_TAG: "unit-2", "experimentName": "exp-props"}}],
+    )
+    job = ml.jobs.get("job-props")
+    assert job.properties[UNIT_TAG] == "unit-2" and job.experiment_name == "exp-props"
+    assert [j.name for j in ml.jobs.list(properties=f"{UNIT_TAG}=unit-2")] == ["job-props"]
+    # Azure tags batch jobs itself (azureml.batchrun ...): a tag search finds them
+    assert [j.name for j in ml.jobs.list(tag="azureml.batchrun")] == ["job-props"]
+
+
+def test_behaviour_api_lists_every_switch(emulator: Emulator) -> None:
+    switches = control(emulator, "GET", "/_emulator/behaviour")
+    assert switches == emulator.behaviour()
+    for key in (
+        "preempted_gauge",
+        "preempted_node_release_seconds",
+        "capacity_cancel_message",
+        "honour_repeatability_id",
+        "immutable_jobs",
+        "stall_seconds",
+        "honour_error_threshold",
+        "validate_deployments",
+    ):
+        assert key in switches
+    with pytest.raises(requests.HTTPError):
+        control(emulator, "POST", "/_emulator/behaviour", {"no_such_switch": True})
