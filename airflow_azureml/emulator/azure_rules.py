@@ -305,3 +305,21 @@ def check_resources(resources: Any, instance_type: InstanceTypeRecord) -> None:
             f"resources.limits.{GPU_KEY}: {gpus} is above the GPU limit {instance_type.gpu_limit} "
             f"of instance type {instance_type.name!r}"
         )
+
+
+# ----------------------------------------------------------------------------------------- datastores
+#: Azure ML datastore names: lowercase letters, digits and underscores (what Studio and the CLI enforce).
+_DATASTORE_NAME = re.compile(r"[a-z0-9_]{1,255}")
+
+
+def check_datastore_name(name: Any) -> str:
+    """A datastore name as the service accepts it; anything else (``..``, ``a/b``, ``Store``) is refused."""
+    if not is_datastore_name(name):
+        raise RuleViolation(
+            f"Datastore name {name!r} is invalid: it may contain only lowercase letters, digits and underscores."
+        )
+    return name
+
+
+def is_datastore_name(name: Any) -> bool:
+    return isinstance(name, str) and _DATASTORE_NAME.fullmatch(name) is not None

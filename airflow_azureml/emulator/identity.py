@@ -6,10 +6,19 @@ import base64
 import json
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from airflow_azureml.emulator.kubernetes import is_kubernetes_path, status_response
+
+#: The Azure ML data plane's audience: the batch scoring URI takes only these tokens. azure-ai-ml asks for
+#: ``<aml_resource_id>/.default`` (its cloud metadata's ``aml_resource_id``, https://ml.azure.com/ in Azure).
+ML_AUDIENCE = "https://ml.azure.com"
+#: The Azure Kubernetes Service AAD server application: kubelogin's audience for an AKS API server.
+KUBERNETES_AUDIENCE = "6dae42f8-4368-4678-94ff-3960e28e3630"
 
 
 def _b64(data: dict[str, Any]) -> str:
@@ -24,6 +33,7 @@ class Identity:
     clients: dict[str, str]  # client_id -> secret
     token_lifetime: int = 3600
     issued: dict[str, float] = field(default_factory=dict)  # token -> expiry (epoch seconds)
+    audiences: dict[str, str] = field(default_factory=dict)  # token -> its ``aud`` claim
 
     def issue(self, client_id: str, scope: str, lifetime: int | None = None) -> dict[str, Any]:
         """A bearer token for ``scope``; ``lifetime`` (seconds) overrides ``token_lifetime`` (kubeconfigs)."""
@@ -43,6 +53,7 @@ class Identity:
         }
         token = f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}.{secrets.token_urlsafe(16)}"
         self.issued[token] = now + lifetime
+        self.audiences[token] = claims["aud"]
         return {
             "token_type": "Bearer",
             "expires_in": lifetime,
@@ -60,6 +71,90 @@ class Identity:
         for token in self.issued:
             self.issued[token] = 0
         return count
+
+
+@dataclass
+class AudienceCheck:
+    """Which audience each plane accepts. On by default: every Azure service checks the ``aud`` claim.
+
+    - ARM (``/subscriptions/...``) takes its resource manager URL's audience, as ARM does with
+      ``https://management.azure.com``. azure-ai-ml asks for ``<resource_manager>/.default``.
+    - The batch scoring URI (``/inference/...``) takes only the ML audience: azure-ai-ml's invoke asks
+      for ``<aml_resource_id>/.default``.
+    - Run history (``/history/...``) takes the ML audience (its generated client's default scope) and ARM's:
+      azure-ai-ml's run-history client is built with the ARM ``credential_scopes``.
+    - The Kubernetes API (``/k8s/...``) takes only the AKS server application's audience.
+    - The emulator's own control API (``/_emulator/...``) takes any token it issued.
+    """
+
+    ml_audience: str = ML_AUDIENCE
+    #: The emulator's resource manager URL, set when the server has bound its port.
+    resource_manager: str = ""
+    enabled: bool = True
+
+    @staticmethod
+    def _forms(url: str) -> frozenset[str]:
+        return frozenset({url.rstrip("/"), url.rstrip("/") + "/"})
+
+    @property
+    def arm(self) -> frozenset[str]:
+        return self._forms(self.resource_manager)
+
+    @property
+    def ml(self) -> frozenset[str]:
+        return self._forms(self.ml_audience)
+
+    @property
+    def kubernetes(self) -> frozenset[str]:
+        return frozenset({KUBERNETES_AUDIENCE})
+
+    def allowed(self, path: str) -> frozenset[str] | None:
+        """The audiences ``path`` accepts; None when any issued token will do (or the check is off)."""
+        if not self.enabled or path.startswith("/_emulator/"):
+            return None
+        if path.startswith("/subscriptions/"):
+            return self.arm
+        if path.startswith("/inference/"):
+            return self.ml
+        if path.startswith("/history/"):
+            return self.ml | self.arm
+        if path.startswith("/k8s/"):
+            return self.kubernetes
+        return None
+
+
+def wrong_audience(audience: str, allowed: frozenset[str]) -> web.Response:
+    """ARM's 401 for a token issued for another resource (its wording, as users report it)."""
+    listed = ",".join(f"'{a}'" for a in sorted(allowed))
+    message = (
+        f"The access token has been obtained for wrong audience or resource '{audience}'. "
+        f"It should exactly match with one of the allowed audiences {listed}."
+    )
+    return web.json_response(
+        {"error": {"code": "InvalidAuthenticationTokenAudience", "message": message}},
+        status=401,
+        headers={"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{message}"'},
+    )
+
+
+def audience_middleware(identity: Identity, check: AudienceCheck) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """aiohttp middleware (inside the token check): refuse a valid token issued for another plane."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        allowed = check.allowed(request.path)
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:] if auth.startswith("Bearer ") else ""
+        audience = identity.audiences.get(token)
+        if allowed is None or audience is None or audience in allowed:
+            return await handler(request)
+        if is_kubernetes_path(request.path):  # the API server's answer to a token it cannot authenticate
+            return status_response(401, "Unauthorized", "Unauthorized")
+        return wrong_audience(audience, allowed)
+
+    return middleware
 
 
 def aad_error(status: int, error: str, code: int, description: str) -> web.Response:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 import json
 import re
 import uuid
@@ -43,6 +44,7 @@ from airflow_azureml.emulator.azure_rules import (
     RuleViolation,
     check_instance_type,
 )
+from airflow_azureml.emulator.certs import write_private
 
 
 class ClusterHost(Protocol):
@@ -488,12 +490,8 @@ def kubeconfig_document(cluster: str, server: str, ca_cert: str, token: str) -> 
 
 
 def write_kubeconfig(path: Path, document: dict[str, Any]) -> Path:
-    """Write atomically and owner-only: the file holds a bearer token."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(document, sort_keys=False))
-    tmp.chmod(0o600)
-    tmp.replace(path)
-    return path
+    """Write atomically and owner-only from the start: the file holds a bearer token."""
+    return write_private(path, yaml.safe_dump(document, sort_keys=False))
 
 
 # ------------------------------------------------------------------------------------------- routes
@@ -517,6 +515,9 @@ class KubernetesRoutes:
             f"{base}/apis": self.groups,
             f"{base}/apis/{GROUP}": self.group,
             group: self.resources,
+            f"{base}/openapi/v2": self.openapi_v2,
+            f"{base}/openapi/v3": self.openapi_root,
+            f"{base}/openapi/v3/apis/{GROUP}/{VERSION}": self.openapi_group,
         }
         for path, handler in discovery.items():  # the generated clients ask with a trailing slash
             r.add_get(path, handler)
@@ -546,6 +547,15 @@ class KubernetesRoutes:
 
     @staticmethod
     def _dry_run(request: web.Request) -> bool:
+        """``dryRun`` of a write; also checks its ``fieldValidation`` (kubectl sends ``Strict``).
+
+        Unknown fields are always refused, whatever ``fieldValidation`` says: the strictest reading.
+        """
+        validation = request.query.get("fieldValidation")
+        if validation not in (None, "", "Strict", "Warn", "Ignore"):
+            raise KubeError(
+                400, "BadRequest", f'fieldValidation must be one of "Ignore", "Warn" or "Strict", not "{validation}"'
+            )
         value = request.query.get("dryRun")
         if value not in (None, "", "All"):
             raise KubeError(400, "BadRequest", f'unsupported dryRun value "{value}": only "All" is allowed')
@@ -674,6 +684,23 @@ class KubernetesRoutes:
             }
         )
 
+    async def openapi_root(self, request: web.Request) -> web.Response:
+        """``/openapi/v3``: where each group-version's document is. kubectl reads it before it validates."""
+        cluster = request.match_info["cluster"]
+        url = f"{K8S_PREFIX}{cluster}/openapi/v3/apis/{GROUP}/{VERSION}?hash={_OPENAPI_HASH}"
+        return web.json_response({"paths": {f"apis/{GROUP}/{VERSION}": {"serverRelativeURL": url}}})
+
+    async def openapi_group(self, request: web.Request) -> web.Response:
+        return web.json_response(OPENAPI_GROUP_DOCUMENT)
+
+    async def openapi_v2(self, request: web.Request) -> web.Response:
+        """``/openapi/v2``, protobuf only (what kubectl asks for): a document with no definitions.
+
+        kubectl falls back to it for kinds the v3 documents have no PATCH for, such as ``InstanceTypeList``,
+        and validates nothing it has no schema for; the server still checks every item strictly.
+        """
+        return web.Response(body=OPENAPI_V2_PROTOBUF, content_type=OPENAPI_V2_MIME)
+
     # ---------------------------------------------------------------- control
     async def control_objects(self, request: web.Request) -> web.Response:
         cluster = self.ws.kube_clusters.get(request.match_info["cluster"])
@@ -685,6 +712,113 @@ class KubernetesRoutes:
         except ValueError as exc:
             return web.json_response({"error": {"code": "BadRequest", "message": str(exc)}}, status=400)
         return web.json_response({"path": str(path), "kubeconfig": path.read_text()})
+
+
+def _openapi_group_document() -> dict[str, Any]:
+    """The OpenAPI v3 document of ``amlarc.azureml.com/v1alpha1``, as an API server publishes it for a CRD.
+
+    kubectl (1.27+) reads the PATCH operation's parameters: ``fieldValidation`` there means the server
+    validates (``?fieldValidation=Strict``), so kubectl needs no schema of its own. The PATCH body types are
+    a custom resource's (no strategic merge), so ``kubectl apply`` sends a JSON merge patch.
+    """
+    gvk = [{"group": GROUP, "version": VERSION, "kind": KIND}]
+    schema_name = f"com.azure.azureml.amlarc.{VERSION}.{KIND}"
+    ref = {"$ref": f"#/components/schemas/{schema_name}"}
+    quantity = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+    resource_list = {"type": "object", "additionalProperties": quantity}
+    item_schema = {
+        "type": "object",
+        "description": "An Azure ML instance type: a nodeSelector and the pods' resources.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "resources": {
+                        "type": "object",
+                        "properties": {"limits": resource_list, "requests": resource_list},
+                    },
+                },
+            },
+        },
+        "x-kubernetes-group-version-kind": gvk,
+    }
+    list_schema = {
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "items": {"type": "array", "items": ref},
+        },
+        "x-kubernetes-group-version-kind": [{**gvk[0], "kind": LIST_KIND}],
+    }
+
+    def query(name: str) -> dict[str, Any]:
+        return {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+
+    write_params = [query("dryRun"), query("fieldManager"), query("fieldValidation")]
+    json_body = {"content": {"application/json": {"schema": ref}}, "required": True}
+    ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+    created = {**ok, "201": {"description": "Created", "content": {"application/json": {"schema": ref}}}}
+
+    def op(action: str, **extra: Any) -> dict[str, Any]:
+        # on an operation the extension is one object; on a schema, a list of them
+        return {"x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk[0], **extra}
+
+    collection = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+    patch_types = (JSON_PATCH, MERGE_PATCH, "application/apply-patch+yaml")
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
+        "paths": {
+            collection: {
+                "get": op("list", responses=ok),
+                "post": op("post", parameters=write_params, requestBody=json_body, responses=created),
+                "delete": op("deletecollection", parameters=[query("dryRun")], responses=ok),
+            },
+            f"{collection}/{{name}}": {
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "get": op("get", responses=ok),
+                "put": op("put", parameters=write_params, requestBody=json_body, responses=created),
+                "patch": op(
+                    "patch",
+                    parameters=[*write_params, query("force")],
+                    requestBody={"content": {t: {"schema": {"type": "object"}} for t in patch_types}, "required": True},
+                    responses=ok,
+                ),
+                "delete": op("delete", parameters=[query("dryRun")], responses=ok),
+            },
+        },
+        "components": {"schemas": {schema_name: item_schema, f"{schema_name}List": list_schema}},
+    }
+
+
+def _protobuf_field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (enough to encode gnostic's ``openapi_v2.Document`` strings)."""
+
+    def varint(value: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+            value >>= 7
+            if not value:
+                return bytes(out)
+
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+OPENAPI_V2_MIME = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"  # as an API server labels it
+#: ``Document{swagger: "2.0", info: {title: "Kubernetes", version: GIT_VERSION}}``.
+OPENAPI_V2_PROTOBUF = _protobuf_field(1, b"2.0") + _protobuf_field(
+    2, _protobuf_field(1, b"Kubernetes") + _protobuf_field(2, GIT_VERSION.encode())
+)
+OPENAPI_GROUP_DOCUMENT = _openapi_group_document()
+_OPENAPI_HASH = hashlib.sha256(json.dumps(OPENAPI_GROUP_DOCUMENT, sort_keys=True).encode()).hexdigest()[:32].upper()
 
 
 def _method_not_allowed(request: web.Request) -> KubeError:

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from airflow_azureml.emulator.azure_rules import is_datastore_name
 from airflow_azureml.emulator.faults import FaultRule
 from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, utcnow
 from airflow_azureml.emulator.runtime import EmulatorError, Workspace
@@ -374,7 +375,7 @@ class Routes:
                 "isDefault": name == "workspaceblobstore",
                 "credentials": {"credentialsType": "None"},
                 "serviceDataAccessAuthIdentity": "None",
-                "description": f"local folder {self.ws.datastore_root(name)}",
+                "description": f"local folder {self.ws.datastore_root(name, create=False)}",
                 "tags": {},
                 "properties": {},
             },
@@ -383,18 +384,23 @@ class Routes:
     async def list_datastores(self, request: web.Request) -> web.Response:
         self._check_scope(request)
         root = self.ws.data_dir / "datastores"
-        names = sorted(
-            {"workspaceblobstore", *(p.name for p in root.iterdir() if p.is_dir())}
-            if root.exists()
-            else {"workspaceblobstore"}
+        folders = (
+            {p.name for p in root.iterdir() if p.is_dir() and is_datastore_name(p.name)} if root.exists() else set()
         )
+        names = sorted({"workspaceblobstore", *folders})
         if request.query.get("isDefault", "").lower() == "true":
             names = ["workspaceblobstore"]
         return web.json_response({"value": [self._datastore_json(n) for n in names]})
 
     async def get_datastore(self, request: web.Request) -> web.Response:
+        """A datastore is a folder under ``DIR/datastores/``; reading one never creates it, and a name Azure
+        refuses (``..``, ``a.b``, ``Store``) is a 400 before it is ever used as a path."""
         self._check_scope(request)
-        return web.json_response(self._datastore_json(request.match_info["name"]))
+        name = request.match_info["name"]
+        root = self.ws.datastore_root(name, create=False)  # EmulatorError 400 for a name Azure refuses
+        if name != "workspaceblobstore" and not root.is_dir():
+            return _not_found("datastores", name)
+        return web.json_response(self._datastore_json(name))
 
     # ----------------------------------------------------------------- models
     def _model_version_json(self, name: str, version: str) -> dict[str, Any]:

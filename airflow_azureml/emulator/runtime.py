@@ -12,12 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from airflow_azureml.emulator.azure_rules import DEFAULT_NAME, RuleViolation, check_resources, from_compute_entry
+from airflow_azureml.emulator.azure_rules import (
+    DEFAULT_NAME,
+    RuleViolation,
+    check_datastore_name,
+    check_resources,
+    from_compute_entry,
+)
 from airflow_azureml.emulator.kubernetes import KubeCluster
 from airflow_azureml.emulator.models import (
     ACTIVE_JOB_STATES,
@@ -36,6 +43,12 @@ from airflow_azureml.emulator.models import (
 from airflow_azureml.emulator.scoring import ScoringRegistry
 
 log = logging.getLogger(__name__)
+#: ``azureml://datastores/<name>/paths/<path>`` and the long form with the workspace's ARM scope before it.
+_DATA_URI = re.compile(
+    r"^azureml:(?://|/)(?:subscriptions/[^/]+/resourcegroups/[^/]+/(?:providers/microsoft\.machinelearningservices/)?"
+    r"workspaces/[^/]+/)?datastores/(?P<datastore>[^/]*)/paths/(?P<path>.*)$",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -124,22 +137,26 @@ class Workspace:
         self.register_model("heart-classifier", "1", scoring_module="airflow_azureml.emulator.scoring.heart")
 
     # ------------------------------------------------------------------ paths
-    def datastore_root(self, datastore: str) -> Path:
+    def datastore_root(self, datastore: str, *, create: bool = True) -> Path:
+        """``DIR/datastores/<name>``, for a name Azure accepts only: nothing resolves outside that folder."""
+        try:
+            check_datastore_name(datastore)
+        except RuleViolation as exc:
+            raise EmulatorError(400, "UserError", str(exc)) from None
         root = self.data_dir / "datastores" / datastore
         if create:
             root.mkdir(parents=True, exist_ok=True)
         return root
 
     def resolve_uri(self, uri: str) -> Path:
-        """Map ``azureml://datastores/<ds>/paths/<p>`` (or the long ARM form) to a local folder."""
-        marker = "/datastores/"
-        if "azureml:" not in uri or marker not in uri:
-            raise EmulatorError(400, "UserError", f"Unsupported data path {uri!r}: use azureml://datastores/...")
-        rest = uri.split(marker, 1)[1]
-        datastore, _, tail = rest.partition("/paths/")
-        datastore = datastore.strip("/")
-        root = self.datastore_root(datastore).resolve()
-        target = (root / tail.strip("/")).resolve()
+        """Map ``azureml://datastores/<ds>/paths/<p>`` (or the long ARM form) to a folder under its datastore."""
+        match = _DATA_URI.match(uri) if isinstance(uri, str) else None
+        if match is None:
+            raise EmulatorError(
+                400, "UserError", f"Unsupported data path {uri!r}: use azureml://datastores/<name>/paths/<path>"
+            )
+        root = self.datastore_root(match["datastore"]).resolve()
+        target = (root / match["path"].strip("/")).resolve()
         if root not in target.parents and target != root:
             raise EmulatorError(400, "UserError", f"Data path {uri!r} escapes its datastore")
         return target

@@ -19,9 +19,17 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from airflow_azureml.emulator.certs import ensure_self_signed_cert
+from airflow_azureml.emulator.api_versions import ApiVersionCheck, api_version_middleware
+from airflow_azureml.emulator.certs import ensure_self_signed_cert, make_private, write_private
 from airflow_azureml.emulator.faults import FaultPlan, FaultRule
-from airflow_azureml.emulator.identity import Identity, add_identity_routes
+from airflow_azureml.emulator.identity import (
+    KUBERNETES_AUDIENCE,
+    ML_AUDIENCE,
+    AudienceCheck,
+    Identity,
+    add_identity_routes,
+    audience_middleware,
+)
 from airflow_azureml.emulator.kubernetes import (
     KUBECONFIG_TOKEN_LIFETIME,
     KubernetesRoutes,
@@ -62,6 +70,9 @@ class Emulator:
         tenant_id: str = "00000000-0000-0000-0000-0000000000aa",
         location: str = "eastus",
         lro_retry_after: str = "1",
+        check_api_versions: bool = True,
+        check_audiences: bool = True,
+        ml_audience: str = ML_AUDIENCE,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
@@ -76,6 +87,9 @@ class Emulator:
         self.workspace = Workspace(self.data_dir, seed=seed, timing=timing)
         self.identity = Identity(tenant_id=tenant_id, clients={self.client_id: self.client_secret})
         self.faults = FaultPlan(self.workspace.rng)
+        self.ml_audience = ml_audience.rstrip("/")
+        self.api_version_check = ApiVersionCheck(location=location, enabled=check_api_versions)
+        self.audience_check = AudienceCheck(ml_audience=self.ml_audience, enabled=check_audiences)
         self.request_log: list[dict[str, Any]] = []
         self.response_hooks: list[tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -90,11 +104,10 @@ class Emulator:
     def _load_or_create_secret(self) -> str:
         path = self.data_dir / "client_secret"
         if path.exists():
-            return path.read_text().strip()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+            return make_private(path).read_text().strip()
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         secret = secrets.token_urlsafe(24)
-        path.write_text(secret)
-        path.chmod(0o600)
+        write_private(path, secret)
         return secret
 
     def __enter__(self) -> Emulator:
@@ -139,7 +152,13 @@ class Emulator:
         sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
         self.base_url = f"https://127.0.0.1:{self.port}"
-        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024**2)
+        self.audience_check.resource_manager = self.base_url
+        protocol = [
+            audience_middleware(self.identity, self.audience_check),
+            api_version_middleware(self.api_version_check),
+        ]
+        app = web.Application(middlewares=[self._middleware, *protocol], client_max_size=64 * 1024**2)
+        app.router.add_post("/_emulator/protocol", self._control_protocol)
         self.routes = Routes(
             self.workspace,
             base_url=self.base_url,
@@ -277,6 +296,7 @@ class Emulator:
             "resource_manager_url": self.base_url,
             "authority_url": self.base_url,
             "ca_bundle": self.ca_cert,
+            "aml_resource_id": self.ml_audience,
         }
         uri = (
             f"azure-ml://{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}@"
@@ -298,12 +318,7 @@ class Emulator:
         }
 
     def write_connection_file(self) -> Path:
-        path = self.data_dir / "emulator.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.connection_info(), indent=2))
-        tmp.chmod(0o600)
-        tmp.replace(path)
-        return path
+        return write_private(self.data_dir / "emulator.json", json.dumps(self.connection_info(), indent=2))
 
     # ------------------------------------------------------- python control
     def call(self, fn: Callable[[], T]) -> T:
@@ -345,6 +360,21 @@ class Emulator:
     def clear_faults(self) -> None:
         self.call(self.faults.clear)
         self.call(self.response_hooks.clear)
+
+    def set_protocol_checks(self, *, api_versions: bool | None = None, audiences: bool | None = None) -> None:
+        """Switch ARM's api-version check and the per-plane token audience check (both on by default)."""
+        if api_versions is not None:
+            self.api_version_check.enabled = bool(api_versions)
+        if audiences is not None:
+            self.audience_check.enabled = bool(audiences)
+
+    async def _control_protocol(self, request: web.Request) -> web.Response:
+        """``POST /_emulator/protocol {"api_versions": bool, "audiences": bool}``: the same switches over HTTP."""
+        data = await request.json() if request.can_read_body else {}
+        self.set_protocol_checks(api_versions=data.get("api_versions"), audiences=data.get("audiences"))
+        return web.json_response(
+            {"api_versions": self.api_version_check.enabled, "audiences": self.audience_check.enabled}
+        )
 
     def expire_tokens(self) -> int:
         return self.call(self.identity.expire_all)
@@ -389,9 +419,7 @@ class Emulator:
         self.workspace.kube_cluster(cluster)
         token = self._kube_tokens.get(cluster)
         if token is None or not self.identity.valid(token):
-            issued = self.identity.issue(
-                self.client_id, "https://kubernetes.emulator/.default", KUBECONFIG_TOKEN_LIFETIME
-            )
+            issued = self.identity.issue(self.client_id, f"{KUBERNETES_AUDIENCE}/.default", KUBECONFIG_TOKEN_LIFETIME)
             token = self._kube_tokens[cluster] = issued["access_token"]
         document = kubeconfig_document(cluster, f"{self.base_url}/k8s/{cluster}", self.ca_cert, token)
         return write_kubeconfig(self.data_dir / f"kubeconfig-{cluster}.yaml", document)

@@ -257,7 +257,8 @@ class AzureMLHook(BaseHook):
                     "azure_portal": s.studio_url + "/",
                     "resource_manager": s.resource_manager_url + "/",
                     "active_directory": s.authority_url + "/",
-                    "aml_resource_id": s.resource_manager_url + "/",
+                    # the data plane's token audience (invoke); not ARM's (https://ml.azure.com/ in Azure)
+                    "aml_resource_id": (self._extra("aml_resource_id") or "https://ml.azure.com").rstrip("/") + "/",
                     "storage_endpoint": "core.windows.net",
                     "registry_discovery_endpoint": s.resource_manager_url + "/",
                 }
