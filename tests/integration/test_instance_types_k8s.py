@@ -366,7 +366,10 @@ def test_attached_compute_without_objects_has_the_builtin_default(
     assert list(types) == [DEFAULT_NAME]
     assert types[DEFAULT_NAME]["resources"]["requests"] == {"cpu": "100m", "memory": "2Gi"}
     too_big = command_job(emulator, "too-big", None, {"requests": {"cpu": "4", "memory": "1Gi"}}, compute="bare-k8s")
-    assert too_big.status_code == 400 and "is above the cpu limit '2' of instance type 'defaultinstancetype'" in too_big.text
+    assert (
+        too_big.status_code == 400
+        and "is above the cpu limit '2' of instance type 'defaultinstancetype'" in too_big.text
+    )
     assert emulator.instance_type_objects("bare-k8s") == {}
 
 
@@ -432,7 +435,9 @@ def test_custom_objects_api_semantics(emulator: Emulator, kubeconfig: Path) -> N
     assert (err.value.status, status["kind"], status["reason"]) == (404, "Status", "NotFound")
     with pytest.raises(ApiException) as err:
         api.create_cluster_custom_object(GROUP, VERSION, PLURAL, _manifest("bad", limits={"cpu": "0", "memory": "1Gi"}))
-    assert err.value.status == 422 and "spec.resources.limits.cpu: must not be 0" in json.loads(err.value.body)["message"]
+    assert (
+        err.value.status == 422 and "spec.resources.limits.cpu: must not be 0" in json.loads(err.value.body)["message"]
+    )
 
     # a merge patch that changes nothing keeps the resourceVersion; a real change bumps it and the generation
     same = api.patch_cluster_custom_object(GROUP, VERSION, PLURAL, "api-check", {"spec": body["spec"]})
@@ -498,3 +503,182 @@ def test_importing_the_operator_imports_neither_kubernetes_nor_the_sdk() -> None
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY=\n" in result.stdout, result.stdout[-2000:]
+
+
+# ----------------------------------------------------------------- the two implementations of Azure's rules
+# The provider checks offline (airflow_azureml.instance_types); the emulator applies its own copy of the
+# rules as the service (airflow_azureml.emulator.azure_rules). Each row says what Azure does, from source
+# document 003 (and Kubernetes' rules it relies on); both must give that answer, so a change to either
+# implementation that moves a documented case fails here.
+def _spec(requests: dict[str, Any], limits: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"resources": {"requests": requests, "limits": limits}, **extra}
+
+
+DOC_SPEC = _spec(
+    {"cpu": "700m", "memory": "1500Mi"},
+    {"cpu": "1", "nvidia.com/gpu": 1, "memory": "2Gi"},
+    nodeSelector={"mylabel": "mylabelvalue"},
+)
+INSTANCE_TYPE_CASES: list[tuple[str, str, Any, dict[str, str] | None, bool]] = [
+    # (case, name, spec, extension nodeSelector, accepted)
+    ("document example", "myinstancetypename", DOC_SPEC, None, True),
+    (
+        "explicit zero GPUs",
+        "cpusmall",
+        _spec({"cpu": "100m", "memory": "100Mi"}, {"cpu": "1", "nvidia.com/gpu": 0, "memory": "1Gi"}),
+        None,
+        True,
+    ),
+    (
+        "built-in default, GPU null",
+        "defaultinstancetype",
+        _spec({"cpu": "100m", "memory": "2Gi"}, {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": None}),
+        None,
+        True,
+    ),
+    ("fractional cores", "half", _spec({"cpu": "0.5", "memory": "1G"}, {"cpu": "1", "memory": "1Gi"}), None, True),
+    ("cpu request 0", "zero", _spec({"cpu": "0", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}), None, False),
+    ("empty memory", "empty", _spec({"cpu": "1", "memory": ""}, {"cpu": "1", "memory": "1Gi"}), None, False),
+    ("cpu not a string", "number", _spec({"cpu": 1, "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}), None, False),
+    (
+        "GPU in requests",
+        "gpureq",
+        _spec({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1}, {"cpu": "1", "memory": "1Gi"}),
+        None,
+        False,
+    ),
+    (
+        "GPU as a string",
+        "gpustr",
+        _spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}),
+        None,
+        False,
+    ),
+    (
+        "negative GPU",
+        "gpuneg",
+        _spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": -1}),
+        None,
+        False,
+    ),
+    ("no limits", "nolimits", {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}, None, False),
+    ("no memory limit", "nomem", _spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "1"}), None, False),
+    ("typo in a field", "typo", _spec({"cpu": "1", "memroy": "1Gi"}, {"cpu": "1", "memory": "1Gi"}), None, False),
+    ("request above limit", "over", _spec({"cpu": "2", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}), None, False),
+    ("upper-case name", "CpuSmall", _spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}), None, False),
+    (
+        "nodeSelector value not a string",
+        "sel",
+        _spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}, nodeSelector={"gpu": 1}),
+        None,
+        False,
+    ),
+    (
+        "milli-bytes of memory",
+        "millibytes",
+        _spec({"cpu": "1", "memory": "1500m"}, {"cpu": "1", "memory": "1Gi"}),
+        None,
+        False,
+    ),
+    ("finer than 1m", "tiny", _spec({"cpu": "0.0005", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}), None, False),
+    ("nodeSelector inside the extension's", "subset", DOC_SPEC, {"mylabel": "mylabelvalue", "pool": "gpu"}, True),
+    ("nodeSelector outside the extension's", "outside", DOC_SPEC, {"pool": "gpu"}, False),
+    ("no spec", "nospec", None, None, False),
+]
+GPU_TYPE_SPEC = _spec({"cpu": "2", "memory": "8Gi"}, {"cpu": "4", "nvidia.com/gpu": 1, "memory": "16Gi"})
+RESOURCES_CASES: list[tuple[str, Any, bool]] = [
+    # (case, resources of a job or deployment on GPU_TYPE_SPEC, accepted)
+    ("no resources section: the instance type's own", None, True),
+    ("requests only", {"requests": {"cpu": "2", "memory": "8Gi"}}, True),
+    (
+        "limits equal to the instance type's",
+        {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1}},
+        True,
+    ),
+    (
+        "GPU count as a string (the REST body's form)",
+        {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"}},
+        True,
+    ),
+    ("CPU-only limits", {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2"}}, True),
+    (
+        "cpu limit above the instance type's",
+        {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "5", "memory": "1Gi"}},
+        False,
+    ),
+    ("cpu request above the instance type's limit", {"requests": {"cpu": "5", "memory": "1Gi"}}, False),
+    (
+        "more GPUs than the instance type",
+        {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": 2}},
+        False,
+    ),
+    (
+        "GPU without cpu and memory limits",
+        {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": 1}},
+        False,
+    ),
+    ("memory request under 1 MB", {"requests": {"cpu": "1", "memory": "500k"}}, False),
+    ("memory request missing", {"requests": {"cpu": "1"}}, False),
+    ("GPU in requests", {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1}}, False),
+    (
+        "request above its own limit",
+        {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        False,
+    ),
+    (
+        "empty GPU limit",
+        {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": ""}},
+        False,
+    ),
+]
+
+
+def _provider_accepts_type(name: str, spec: Any, extension: dict[str, str] | None) -> bool:
+    from airflow_azureml.instance_types import load_instance_types
+
+    document = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InstanceType", "metadata": {"name": name}, "spec": spec}
+    try:
+        load_instance_types(document, extension_node_selector=extension)
+    except AzureMLConfigError:
+        return False
+    return True
+
+
+def _emulator_accepts_type(name: str, spec: Any, extension: dict[str, str] | None) -> bool:
+    from airflow_azureml.emulator.azure_rules import RuleViolation, check_instance_type
+
+    try:
+        check_instance_type(name, spec, extension)
+    except RuleViolation:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("case", "name", "spec", "extension", "accepted"), INSTANCE_TYPE_CASES, ids=[c[0] for c in INSTANCE_TYPE_CASES]
+)
+def test_provider_and_emulator_agree_on_instance_types(
+    case: str, name: str, spec: Any, extension: dict[str, str] | None, accepted: bool
+) -> None:
+    assert _provider_accepts_type(name, spec, extension) is accepted, f"provider: {case}"
+    assert _emulator_accepts_type(name, spec, extension) is accepted, f"emulator: {case}"
+
+
+@pytest.mark.parametrize(("case", "resources", "accepted"), RESOURCES_CASES, ids=[c[0] for c in RESOURCES_CASES])
+def test_provider_and_emulator_agree_on_resources(case: str, resources: Any, accepted: bool) -> None:
+    from airflow_azureml.emulator.azure_rules import RuleViolation, check_instance_type, check_resources
+    from airflow_azureml.instance_types import check_resources_fit, load_instance_types
+
+    document = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InstanceType", "metadata": {"name": "gpusmall"}}
+    (provider_type,) = load_instance_types({**document, "spec": GPU_TYPE_SPEC})
+    try:
+        check_resources_fit(resources, provider_type)
+        provider = True
+    except AzureMLConfigError:
+        provider = False
+    try:
+        check_resources(resources, check_instance_type("gpusmall", GPU_TYPE_SPEC))
+        emulator = True
+    except RuleViolation:
+        emulator = False
+    assert (provider, emulator) == (accepted, accepted), case
