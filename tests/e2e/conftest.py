@@ -53,7 +53,7 @@ class E2E:
         return [
             j
             for j in self.emulator.jobs()
-            if f"/input/{interval}/" in str((j.properties.get("properties") or {}).get("azureml.batch.inputUri", ""))
+            if f"/input/{interval}/" in str(j.input_uri or "")  # the emulator's own record, not a wire field
         ]
 
     def rows(self, interval: str) -> tuple[int, int, int]:
@@ -74,14 +74,23 @@ class E2E:
         return rows_in, lost, duplicated
 
     def duplicates(self, interval: str) -> int:
-        """Jobs beyond the first of a unit of work that did not follow a failed, cancelled or preempted one."""
-        chains: dict[str, list[Any]] = {}
+        """Jobs for a unit of work that the provider should never have submitted, whatever their names.
+
+        A partition's input folder is its unit of work, so jobs are grouped by input, not by name
+        (the service may choose the name). A job is a duplicate when an earlier job for the same
+        input had completed, or was still live (not ended) when it was created: only a job that
+        follows one that ended Failed or Canceled is a legitimate resubmission.
+        """
+        by_input: dict[str, list[Any]] = {}
         for job in self.jobs_for(interval):
-            chains.setdefault(job.name.rsplit("-r", 1)[0], []).append(job)
+            by_input.setdefault(str(job.input_uri), []).append(job)
         extra = 0
-        for jobs in chains.values():
-            jobs.sort(key=lambda j: int(j.name.rsplit("-r", 1)[1]))
-            extra += sum(1 for prev in jobs[:-1] if prev.status == "Completed")
+        for jobs in by_input.values():
+            jobs.sort(key=lambda j: j.created)
+            for i, job in enumerate(jobs):
+                earlier = jobs[:i]
+                if any(e.status == "Completed" or e.ended is None or e.ended > job.created for e in earlier):
+                    extra += 1
         return extra
 
     def record(self, fault: str, interval: str, final_state: str, notes: str) -> FaultResult:

@@ -86,7 +86,7 @@ def trigger_polled(e2e: E2E, interval: str, partition: int) -> bool:
     names = {
         j.name
         for j in e2e.jobs_for(interval)
-        if f"/part-{partition:03d}/" in str((j.properties.get("properties") or {}).get("azureml.batch.inputUri"))
+        if f"/part-{partition:03d}/" in str(j.input_uri or "")
     }
     return any(r["ua"].endswith("(asyncio)") and r["path"].rsplit("/", 1)[-1] in names for r in e2e.emulator.requests())
 
