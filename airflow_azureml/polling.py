@@ -7,12 +7,17 @@ the job's status stays the same, so a long job costs a few dozen reads, and rese
 from __future__ import annotations
 
 import random
+import threading
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_azureml.exceptions import AzureMLConfigError
-from airflow_azureml.outcomes import JobSnapshot
+from airflow_azureml.outcomes import GaugeEvidence, JobSnapshot
+
+# The job state in which the compute's preemptedNodeCount gauge says something about this job.
+GAUGE_STATE = "Running"
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,10 @@ class PollingPolicy:
         return max(0.0, base + (rng or random).uniform(-spread, spread))
 
     def error_delay(self, consecutive_errors: int, retry_after: float | None) -> float:
-        """Delay after a throttled or failed request: ``Retry-After`` when the service sent one."""
+        """Delay after a throttled or failed request: ``Retry-After`` when the service sent one, capped by
+        ``max_interval`` (a server asking for a day must not park a wait, or an ``on_kill`` cancel, for a day)."""
         if retry_after is not None:
-            return max(0.0, retry_after)
+            return min(self.max_interval, max(0.0, retry_after))
         return min(self.max_interval, self.interval * (2 ** min(consecutive_errors, 10)) / 4)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,17 +78,20 @@ class JobWatch:
     queued_since: float | None = None
     polls: int = 0
     transient_errors: int = 0
+    running_since: float | None = None  # first poll of the current Running streak
+    last_compute: str | None = None
+    gauge: GaugeEvidence = field(default_factory=GaugeEvidence)
+    _gauge_taken: float | None = None  # when the last reading this wait used was taken
 
     def observe(self, snapshot: JobSnapshot, now: float | None = None) -> float | None:
         """Record a poll. Returns the delay before the next one, or None if the job is terminal."""
         now = time.monotonic() if now is None else now
-        self.polls += 1
-        self.transient_errors = 0
-        if snapshot.status == self.last_status:
-            self.unchanged_polls += 1
+        self._count(snapshot.status)
+        self.last_compute = snapshot.compute
+        if snapshot.status == GAUGE_STATE:
+            self.running_since = self.running_since if self.running_since is not None else now
         else:
-            self.unchanged_polls = 0
-            self.last_status = snapshot.status
+            self.running_since = None
         if snapshot.queued:
             self.queued_since = self.queued_since if self.queued_since is not None else now
         else:
@@ -90,6 +99,37 @@ class JobWatch:
         if snapshot.terminal:
             return None
         return self.policy.delay(self.unchanged_polls)
+
+    def observe_missing(self) -> float:
+        """Record a poll that found no job of that name (a sensor waits for it). Returns the next delay."""
+        self._count(None)
+        return self.policy.delay(self.unchanged_polls)
+
+    def _count(self, status: str | None) -> None:
+        self.polls += 1
+        self.transient_errors = 0
+        if status == self.last_status and self.polls > 1:
+            self.unchanged_polls += 1
+        else:
+            self.unchanged_polls = 0
+            self.last_status = status
+
+    def wants_gauge(self) -> bool:
+        """The job was Running at the last poll: a gauge reading now says something about it."""
+        return self.running_since is not None
+
+    def offer_gauge(self, reading: GaugeReading | None) -> None:
+        """Use a (possibly shared) compute reading, if it was taken while this job was Running.
+
+        A reading taken before this wait saw the job Running may predate the job's start, and the same
+        reading is never counted twice: both would make a rise that this job never saw.
+        """
+        if reading is None or reading.preempted is None or self.running_since is None:
+            return
+        if reading.taken < self.running_since or reading.taken == self._gauge_taken:
+            return
+        self._gauge_taken = reading.taken
+        self.gauge = self.gauge.observe(reading.compute, reading.low_priority, reading.preempted)
 
     def queue_time_exceeded(self, now: float | None = None) -> bool:
         if self.policy.max_queue_time is None or self.queued_since is None:
@@ -107,3 +147,73 @@ class JobWatch:
 
 class TransientBudgetExceeded(Exception):
     """Too many consecutive transient errors while polling."""
+
+
+@dataclass(frozen=True)
+class GaugeReading:
+    """One read of a compute's ``nodeStateCounts.preemptedNodeCount`` gauge. ``preempted`` None: not reported."""
+
+    compute: str
+    low_priority: bool
+    preempted: int | None
+    taken: float  # time.monotonic() of the read
+
+    @classmethod
+    def from_rest(cls, compute: str, arm_compute: dict[str, Any] | None, taken: float) -> GaugeReading | None:
+        if not arm_compute:
+            return None
+        inner = (arm_compute.get("properties") or {}).get("properties") or {}
+        counts = inner.get("nodeStateCounts") or {}
+        value = counts.get("preemptedNodeCount")
+        preempted = value if isinstance(value, int) and not isinstance(value, bool) else None
+        low = str(inner.get("vmPriority", "")).lower() == "lowpriority"
+        return cls(compute, low, preempted, taken)
+
+
+class SharedComputeReads:
+    """At most one compute read per compute per poll interval, shared by every wait in this process.
+
+    Many waits on one cluster need the same gauge; reading it once per wait per poll would cost as
+    much as the job reads that the coalesced poller saves. Keys name the workspace and the compute.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._readings: dict[Hashable, GaugeReading | None] = {}
+        self._taken: dict[Hashable, float] = {}
+        self._locks: dict[Hashable, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self.reads = 0
+
+    def fresh(self, key: Hashable, max_age: float) -> tuple[bool, GaugeReading | None]:
+        """``(True, reading)`` when a read of ``key`` is younger than ``max_age`` (the reading may be None)."""
+        with self._guard:
+            taken = self._taken.get(key)
+            if taken is not None and self.clock() - taken < max_age:
+                return True, self._readings.get(key)
+        return False, None
+
+    def store(self, key: Hashable, reading: GaugeReading | None, taken: float) -> None:
+        with self._guard:
+            self.reads += 1
+            self._readings[key] = reading
+            self._taken[key] = taken
+
+    def get(self, key: Hashable, max_age: float, read: Callable[[float], GaugeReading | None]) -> GaugeReading | None:
+        """Sync callers: the shared reading, or ``read(taken)`` under a per-key lock (threads wait for it)."""
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            ok, reading = self.fresh(key, max_age)
+            if ok:
+                return reading
+            taken = self.clock()
+            reading = None
+            try:
+                reading = read(taken)
+            finally:
+                self.store(key, reading, taken)  # a failed read also waits out the interval
+            return reading
+
+
+COMPUTE_READS = SharedComputeReads()

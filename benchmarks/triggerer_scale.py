@@ -8,7 +8,13 @@ late completions were observed. In the same run, the pattern other providers use
 ``MLClient.jobs.get`` offloaded with ``asyncio.to_thread``, one poll per job per interval) is
 measured at smaller N as the baseline, and the ratios are printed.
 
+The history case (``--history 20000``) puts that many finished provider jobs in the workspace,
+with some waited jobs older than all of them and the rest newer, and prints the LIST pages per
+tick against the target ``ceil(waits / page size) + 1`` (the LIST is capped; older jobs are read
+by GET).
+
     python benchmarks/triggerer_scale.py [--sizes 100 500 1000 2000] [--baseline-sizes 100 500]
+    python benchmarks/triggerer_scale.py --sizes --baseline-sizes --history 20000 [--history-waits 20 180]
 """
 
 from __future__ import annotations
@@ -51,13 +57,12 @@ class Result:
 
 
 class EmulatorProcess:
-    def __init__(self) -> None:
+    def __init__(self, history: tuple[int, int, int] | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="triggerer-bench-"))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow_azureml.emulator", "--data-dir", str(self.dir)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        command = [sys.executable, "-m", "airflow_azureml.emulator", "--data-dir", str(self.dir)]
+        if history is not None:  # this file, in a child process: an emulator seeded with a job history
+            command = [sys.executable, __file__, "--serve-history", str(self.dir), *map(str, history)]
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         info_path = self.dir / "emulator.json"
         deadline = time.monotonic() + 30
         while not info_path.exists():
@@ -209,11 +214,105 @@ def print_table(results: list[Result]) -> None:
         )
 
 
+HISTORY_JOB_SECONDS = 20.0  # how long the waited jobs of the history case run
+
+
+def serve_history(data_dir: str, old: int, history: int, new: int) -> None:
+    """Child process: an emulator whose workspace holds ``old`` running provider jobs, then ``history``
+    finished ones, then ``new`` running ones (newest last, as created); all carry ``naming.UNIT_TAG``."""
+    import signal
+    import threading
+
+    from airflow_azureml.emulator import Emulator
+    from airflow_azureml.emulator.models import Job
+    from airflow_azureml.naming import UNIT_TAG
+
+    def mark(job: Any) -> None:
+        job.properties["properties"] = {UNIT_TAG: f"bench-{job.name}"}
+
+    def seed(workspace: Any) -> list[str]:
+        waited = workspace.create_synthetic_jobs("old", [HISTORY_JOB_SECONDS] * old)
+        for index in range(history):
+            job = Job(name=f"history-{index:05d}", job_type="Command", compute="", properties={})
+            mark(job)
+            job.set_status("Completed")
+            workspace.jobs[job.name] = job
+        waited += workspace.create_synthetic_jobs("new", [HISTORY_JOB_SECONDS] * new)
+        for name in waited:
+            mark(workspace.jobs[name])
+        return waited
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Emulator(data_dir) as emulator:
+        waited = emulator.call(lambda: seed(emulator.workspace))
+        (Path(data_dir) / "waited.json").write_text(json.dumps(waited))
+        stop.wait()
+
+
+def run_history_case(old: int, history: int, new: int) -> None:
+    """Pages per tick when the workspace holds a long history of the provider's own finished jobs."""
+    import math
+
+    emulator = EmulatorProcess((old, history, new))
+    os.environ["AIRFLOW_CONN_AZURE_ML_DEFAULT"] = emulator.info["airflow_conn_json"]
+    try:
+        waited_file = emulator.dir / "waited.json"
+        while not waited_file.exists():
+            time.sleep(0.05)
+        names = json.loads(waited_file.read_text())
+        since = time.time()
+
+        async def wait_all() -> Any:
+            from airflow_azureml.triggers.poller import WorkspacePoller
+
+            waits = asyncio.ensure_future(wait_with_triggers(names))
+            await asyncio.sleep(0)
+            poller = WorkspacePoller.for_connection("azure_ml_default")
+            await waits
+            return poller.stats
+
+        started = time.monotonic()
+        stats = asyncio.run(wait_all())
+        wall = time.monotonic() - started
+        log = emulator.control("GET", "/_emulator/requests", params={"since": since, "last": 10_000_000})
+    finally:
+        emulator.stop()
+    lists = [r for r in log if r["method"] == "GET" and r["path"].endswith("/jobs")]
+    gets = [r for r in log if r["method"] == "GET" and "/jobs/" in r["path"]]
+    page_size = 100  # the emulator's (and Azure's) jobs page
+    target = math.ceil(len(names) / page_size) + 1
+    per_tick = stats.list_pages / max(1, stats.list_ticks)
+    print(
+        f"\nhistory case: {history} finished provider jobs, {len(names)} waits ({old} older than the whole history, "
+        f"{new} newer), poll interval {INTERVAL:.0f}s, wall {wall:.1f}s"
+    )
+    print(
+        f"  LIST ticks {stats.list_ticks}, pages {stats.list_pages} ({len(lists)} seen by the emulator): "
+        f"{per_tick:.2f} pages per tick, max {stats.max_pages_per_tick}; target <= ceil({len(names)}/{page_size})+1 "
+        f"= {target}: {'OK' if stats.max_pages_per_tick <= target else 'MISSED'}"
+    )
+    print(
+        f"  job GETs {len(gets)} ({stats.job_gets} by the poller), compute reads {stats.compute_gets}; "
+        f"without the cap every tick would page through {math.ceil((history + len(names)) / page_size)} pages"
+    )
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve-history":
+        data_dir, old, history, new = sys.argv[2], *map(int, sys.argv[3:6])
+        serve_history(data_dir, old, history, new)
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 500, 1000, 2000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100, 500, 1000, 2000])
     parser.add_argument("--baseline-sizes", type=int, nargs="*", default=[100, 500])
+    parser.add_argument("--history", type=int, default=0, help="finished provider jobs in the history case (0: skip)")
+    parser.add_argument("--history-waits", type=int, nargs=2, default=[20, 180], metavar=("OLDER", "NEWER"))
     args = parser.parse_args()
+    if args.history:
+        run_history_case(args.history_waits[0], args.history, args.history_waits[1])
+    if not args.sizes:
+        return
     emulator = EmulatorProcess()
     os.environ["AIRFLOW_CONN_AZURE_ML_DEFAULT"] = emulator.info["airflow_conn_json"]
     results: list[Result] = []

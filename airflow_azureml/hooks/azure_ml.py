@@ -6,21 +6,37 @@ need it; importing this module (and every operator) stays cheap for the DAG proc
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError, AzureMLJobQueueTimeoutError
-from airflow_azureml.outcomes import ComputeFacts, JobSnapshot
-from airflow_azureml.polling import JobWatch, PollingPolicy, TransientBudgetExceeded
-from airflow_azureml.redaction import mask, scrub
+
+# The connection layer lives beneath this module and hooks.rest; these names stay importable from here.
+from airflow_azureml.hooks.connection import (  # noqa: F401
+    CUSTOM_CLOUD,
+    EXTRA_FIELDS,
+    KNOWN_CLOUDS,
+    AzureMLConnectionSettings,
+    build_async_credential,
+    build_credential,
+    credential_kwargs,
+    default_chain_kwargs,
+    parse_connection,
+)
+from airflow_azureml.outcomes import ComputeFacts, GaugeEvidence, JobSnapshot
+from airflow_azureml.polling import (
+    COMPUTE_READS,
+    GaugeReading,
+    JobWatch,
+    PollingPolicy,
+    TransientBudgetExceeded,
+)
+from airflow_azureml.redaction import scrub
 
 if TYPE_CHECKING:
     from azure.ai.ml import MLClient
@@ -30,139 +46,8 @@ if TYPE_CHECKING:
     from airflow_azureml.hooks.rest import AsyncRestClient, RestClient
     from airflow_azureml.instance_types import InstanceType
 
-KNOWN_CLOUDS: dict[str, dict[str, str]] = {
-    "AzureCloud": {
-        "resource_manager": "https://management.azure.com",
-        "authority": "https://login.microsoftonline.com",
-        "studio": "https://ml.azure.com",
-    },
-    "AzureChinaCloud": {
-        "resource_manager": "https://management.chinacloudapi.cn",
-        "authority": "https://login.chinacloudapi.cn",
-        "studio": "https://studio.ml.azure.cn",
-    },
-    "AzureUSGovernment": {
-        "resource_manager": "https://management.usgovcloudapi.net",
-        "authority": "https://login.microsoftonline.us",
-        "studio": "https://ml.azure.us",
-    },
-}
-CUSTOM_CLOUD = "custom"
 # Retries of single calls: short delays (Retry-After when sent), five retries, the same back-off rule as polls.
 ONE_SHOT_RETRIES = PollingPolicy(interval=2.0, max_interval=30.0, max_transient_errors=5)
-EXTRA_FIELDS = (
-    "subscription_id",
-    "resource_group",
-    "workspace_name",
-    "tenant_id",
-    "managed_identity_client_id",
-    "workload_identity_tenant_id",
-    "cloud",
-    "resource_manager_url",
-    "authority_url",
-    "ca_bundle",
-    "studio_url",
-)
-
-
-@dataclass(frozen=True)
-class AzureMLConnectionSettings:
-    """Everything a connection says, validated. Holds the secret; never log or serialise it."""
-
-    subscription_id: str
-    resource_group: str
-    workspace_name: str
-    tenant_id: str | None
-    client_id: str | None
-    client_secret: str | None
-    managed_identity_client_id: str | None
-    workload_identity_tenant_id: str | None
-    cloud: str
-    resource_manager_url: str
-    authority_url: str
-    ca_bundle: str | None
-    studio_url: str
-
-    @property
-    def workspace_path(self) -> str:
-        return (
-            f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
-            f"/providers/Microsoft.MachineLearningServices/workspaces/{self.workspace_name}"
-        )
-
-    @property
-    def arm_scope(self) -> str:
-        return f"{self.resource_manager_url}/.default"
-
-    @property
-    def connection_verify(self) -> str | bool:
-        """TLS verification is always on; a custom CA bundle is used when one is given."""
-        return self.ca_bundle or True
-
-    @property
-    def sdk_cloud_name(self) -> str:
-        """A cloud name unique per endpoint set: the SDK registers each name once per process."""
-        if self.cloud != CUSTOM_CLOUD:
-            return self.cloud
-        digest = hashlib.sha256(f"{self.resource_manager_url}|{self.authority_url}".encode()).hexdigest()[:12]
-        return f"AirflowCustom-{digest}"
-
-
-def parse_connection(conn: Any) -> AzureMLConnectionSettings:
-    """Read and validate an ``azure_ml`` connection; raises ``AzureMLConfigError`` naming the field."""
-    extra = dict(conn.extra_dejson or {})
-
-    def get(name: str) -> str | None:
-        value = extra.get(name) or extra.get(f"extra__azure_ml__{name}")
-        return str(value).strip() if value not in (None, "") else None
-
-    missing = [f for f in ("subscription_id", "resource_group", "workspace_name") if not get(f)]
-    if missing:
-        raise AzureMLConfigError(
-            f"Connection {conn.conn_id!r} is missing required field(s) {missing}; set them in the "
-            "connection's extra (subscription_id, resource_group, workspace_name)."
-        )
-    cloud = get("cloud") or "AzureCloud"
-    if cloud != CUSTOM_CLOUD and cloud not in KNOWN_CLOUDS:
-        raise AzureMLConfigError(
-            f"Connection {conn.conn_id!r}: unknown cloud {cloud!r}; use one of {[*KNOWN_CLOUDS, CUSTOM_CLOUD]}."
-        )
-    defaults = KNOWN_CLOUDS.get(cloud, {})
-    arm = get("resource_manager_url") or defaults.get("resource_manager")
-    authority = get("authority_url") or defaults.get("authority")
-    if not arm or not authority:
-        raise AzureMLConfigError(
-            f"Connection {conn.conn_id!r}: cloud 'custom' needs resource_manager_url and authority_url."
-        )
-    for label, url in (("resource_manager_url", arm), ("authority_url", authority)):
-        if not url.startswith("https://"):
-            raise AzureMLConfigError(f"Connection {conn.conn_id!r}: {label} must be an https:// URL.")
-    ca_bundle = get("ca_bundle")
-    if ca_bundle and not os.path.isfile(ca_bundle):
-        raise AzureMLConfigError(f"Connection {conn.conn_id!r}: ca_bundle {ca_bundle!r} is not a file.")
-    secret = conn.password or None
-    tenant = get("tenant_id")
-    if secret and not (tenant and conn.login):
-        raise AzureMLConfigError(
-            f"Connection {conn.conn_id!r}: a client secret needs tenant_id and a client id (login)."
-        )
-    if secret:
-        mask(secret)
-    return AzureMLConnectionSettings(
-        subscription_id=get("subscription_id") or "",
-        resource_group=get("resource_group") or "",
-        workspace_name=get("workspace_name") or "",
-        tenant_id=tenant,
-        client_id=conn.login or None,
-        client_secret=secret,
-        managed_identity_client_id=get("managed_identity_client_id"),
-        workload_identity_tenant_id=get("workload_identity_tenant_id"),
-        cloud=cloud,
-        resource_manager_url=arm.rstrip("/"),
-        authority_url=authority.rstrip("/"),
-        ca_bundle=ca_bundle,
-        studio_url=(get("studio_url") or defaults.get("studio") or f"{arm.rstrip('/')}/_emulator").rstrip("/"),
-    )
 
 
 def _compute_arm_id(settings: AzureMLConnectionSettings, name: str) -> str:
@@ -170,15 +55,6 @@ def _compute_arm_id(settings: AzureMLConnectionSettings, name: str) -> str:
     if short.startswith("/subscriptions/"):
         return f"azureml:{short}"
     return f"azureml:{settings.workspace_path}/computes/{short.rsplit('/', 1)[-1]}"
-
-
-def credential_kwargs(settings: AzureMLConnectionSettings) -> dict[str, Any]:
-    """Keyword arguments shared by the sync and async credential classes."""
-    kwargs: dict[str, Any] = {"authority": settings.authority_url, "connection_verify": settings.connection_verify}
-    if settings.cloud == CUSTOM_CLOUD:
-        # Private clouds and sovereign endpoints cannot be validated against the public AAD instance list.
-        kwargs["disable_instance_discovery"] = True
-    return kwargs
 
 
 class AzureMLHook(BaseHook):
@@ -206,39 +82,21 @@ class AzureMLHook(BaseHook):
 
     # ----------------------------------------------------------- credentials
     def get_credential(self) -> TokenCredential:
-        s = self.settings
-        kwargs = credential_kwargs(s)
-        if s.client_secret:
-            from azure.identity import ClientSecretCredential
-
-            return ClientSecretCredential(s.tenant_id or "", s.client_id or "", s.client_secret, **kwargs)
-        from azure.identity import DefaultAzureCredential
-
-        return DefaultAzureCredential(**self._default_chain_kwargs(kwargs))
+        return build_credential(self.settings)
 
     def get_async_credential(self) -> AsyncTokenCredential:
         """The same identity as ``get_credential``, from ``azure.identity.aio`` for triggers."""
-        s = self.settings
-        kwargs = credential_kwargs(s)
-        if s.client_secret:
-            from azure.identity.aio import ClientSecretCredential
-
-            return ClientSecretCredential(s.tenant_id or "", s.client_id or "", s.client_secret, **kwargs)
-        from azure.identity.aio import DefaultAzureCredential
-
-        return DefaultAzureCredential(**self._default_chain_kwargs(kwargs))
+        return build_async_credential(self.settings)
 
     def _default_chain_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        s = self.settings
-        kwargs = dict(kwargs)
-        kwargs.pop("disable_instance_discovery", None)
-        if s.managed_identity_client_id:
-            kwargs["managed_identity_client_id"] = s.managed_identity_client_id
-        if s.workload_identity_tenant_id:
-            kwargs["workload_identity_tenant_id"] = s.workload_identity_tenant_id
-        if s.tenant_id:
-            kwargs["additionally_allowed_tenants"] = [s.tenant_id]
-        return kwargs
+        return default_chain_kwargs(self.settings, kwargs)
+
+    def _fresh_credential(self) -> TokenCredential:
+        """A new credential from the connection as it is now (a rotated secret is picked up)."""
+        return build_credential(parse_connection(self.get_connection(self.azure_ml_conn_id)))
+
+    async def _fresh_async_credential(self) -> AsyncTokenCredential:
+        return build_async_credential(parse_connection(await self.aget_connection(self.azure_ml_conn_id)))
 
     # ----------------------------------------------------------------- client
     def get_conn(self) -> MLClient:
@@ -278,7 +136,7 @@ class AzureMLHook(BaseHook):
         if self._rest is None:
             from airflow_azureml.hooks.rest import RestClient
 
-            self._rest = RestClient(self.settings, self.get_credential())
+            self._rest = RestClient(self.settings, self.get_credential(), self._fresh_credential)
         return self._rest
 
     async def async_rest(self) -> AsyncRestClient:
@@ -287,7 +145,7 @@ class AzureMLHook(BaseHook):
 
         if "settings" not in self.__dict__:
             self.__dict__["settings"] = parse_connection(await self.aget_connection(self.azure_ml_conn_id))
-        return AsyncRestClient(self.settings, self.get_async_credential())
+        return AsyncRestClient(self.settings, self.get_async_credential(), self._fresh_async_credential)
 
     def job_snapshot(self, name: str) -> JobSnapshot | None:
         """The job's state, or None when no job has that name."""
@@ -329,6 +187,15 @@ class AzureMLHook(BaseHook):
                 return str(job.name)
             raise AzureMLError(f"Submitting job {job.name!r} failed: {scrub(str(exc))}") from None
 
+    def find_jobs(self, properties: dict[str, str]) -> list[JobSnapshot]:
+        """Jobs whose user properties have these values, archived or not (one filtered, paged LIST).
+
+        Snapshots from the LIST carry no run-history details; ``job_snapshot`` reads those.
+        """
+        query = {"properties": ",".join(f"{k}={v}" for k, v in properties.items()), "listViewType": "All"}
+        items = self._with_transient_retries(lambda: list(self.rest().list_jobs(query)))
+        return [JobSnapshot.from_rest(item) for item in items]
+
     def cancel_job(self, name: str) -> None:
         from airflow_azureml.hooks.rest import ResourceNotFound
 
@@ -343,7 +210,21 @@ class AzureMLHook(BaseHook):
         policy: PollingPolicy,
         on_status: Callable[[JobSnapshot], None] | None = None,
     ) -> JobSnapshot:
-        """Poll until the job is terminal (sync path; the trigger runs the same ``JobWatch`` on asyncio)."""
+        """Poll until the job is terminal; ``wait_for_job_evidence`` also returns the gauge evidence."""
+        return self.wait_for_job_evidence(name, policy, on_status)[0]
+
+    def wait_for_job_evidence(
+        self,
+        name: str,
+        policy: PollingPolicy,
+        on_status: Callable[[JobSnapshot], None] | None = None,
+    ) -> tuple[JobSnapshot, GaugeEvidence]:
+        """Poll until the job is terminal (sync path; the trigger runs the same ``JobWatch`` on asyncio).
+
+        While the job is Running, its compute's ``preemptedNodeCount`` gauge is sampled through reads
+        shared by every wait in this process (at most one per compute per ``policy.interval``); the
+        samples come back as ``GaugeEvidence`` for ``outcomes.classify``.
+        """
         from airflow_azureml.hooks.rest import TransientRestError
 
         watch = JobWatch(policy)
@@ -362,7 +243,7 @@ class AzureMLHook(BaseHook):
                 on_status(snapshot)
             delay = watch.observe(snapshot)
             if delay is None:
-                return snapshot
+                return snapshot, watch.gauge
             if watch.queue_time_exceeded():
                 raise AzureMLJobQueueTimeoutError(
                     f"Job {name} stayed {snapshot.status} for more than {policy.max_queue_time}s "
@@ -370,7 +251,24 @@ class AzureMLHook(BaseHook):
                     job_name=name,
                     status=snapshot.status,
                 )
+            if watch.wants_gauge() and snapshot.compute:
+                watch.offer_gauge(self._gauge_reading(snapshot.compute, policy.interval))
             time.sleep(delay)
+
+    def _gauge_reading(self, compute: str, max_age: float) -> GaugeReading | None:
+        """The compute's gauge, read at most once per ``max_age`` by all waits of this process."""
+        from airflow_azureml.hooks.rest import TransientRestError
+
+        client = self.rest()
+
+        def read(taken: float) -> GaugeReading | None:
+            return GaugeReading.from_rest(compute, client.get_compute(compute), taken)
+
+        try:
+            return COMPUTE_READS.get(client.paths.compute(compute), max_age, read)
+        except (TransientRestError, AzureMLError) as exc:  # a missed sample is missing evidence, not an error
+            self.log.info("Could not read compute %s for its preemption gauge: %s", compute, exc)
+            return None
 
     def _with_transient_retries(self, call: Callable[[], Any]) -> Any:
         """One-shot reads and cancels, retried on 429/5xx/dropped connections by the shared policy."""
@@ -402,9 +300,12 @@ class AzureMLHook(BaseHook):
         instance_count: int | None = None,
         output_file_name: str | None = None,
         compute: str | None = None,
+        properties: dict[str, str] | None = None,
     ) -> str:
         """Submit a batch job under a caller-chosen name. A name that already exists is not an error:
         the SDK retries the POST itself, and a retry after a lost response must not fail or duplicate.
+        Returns the name the service gave the job (Azure may ignore the requested one). ``properties``
+        become the job's properties (the SDK's invoke cannot send tags).
         """
         from azure.ai.ml import Input, Output
         from azure.ai.ml.constants._endpoint import EndpointInvokeFields
@@ -422,6 +323,10 @@ class AzureMLHook(BaseHook):
             params_override.append({"compute.instance_count": int(instance_count)})
         if compute is not None:
             params_override.append({"compute.target": _compute_arm_id(self.settings, compute)})
+        if properties:  # the SDK sends experimentName in the same dict: merge rather than override it
+            merged = {**properties, **({"experimentName": experiment_name} if experiment_name else {})}
+            params_override.append({"properties": merged})
+            experiment_name = None
         try:
             job = ml.batch_endpoints.invoke(
                 endpoint_name=endpoint_name,

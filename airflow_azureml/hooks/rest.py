@@ -7,8 +7,13 @@ done by azure-core here: the caller's ``PollingPolicy`` decides (one back-off po
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import logging
+import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -20,7 +25,9 @@ if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
     from azure.core.credentials_async import AsyncTokenCredential
 
-    from airflow_azureml.hooks.azure_ml import AzureMLConnectionSettings
+    from airflow_azureml.hooks.connection import AzureMLConnectionSettings
+
+log = logging.getLogger(__name__)
 
 API_VERSION = "2024-10-01"
 USER_AGENT = "airflow-azureml/0.1"
@@ -37,8 +44,38 @@ class TransientRestError(AzureMLError):
         self.retry_after = retry_after
 
 
+class TokenUnavailable(TransientRestError):
+    """No token: Entra ID unreachable or failing, a credential that stopped working, or a token ARM refuses
+    even after renewal. Connection-wide and transient: the credential is rebuilt from the connection."""
+
+
 class ResourceNotFound(AzureMLError):
     """The resource does not exist (HTTP 404)."""
+
+
+class MalformedResponse(AzureMLError):
+    """The service answered 2xx with a body that is not the document asked for (not retried)."""
+
+
+_CLAIMS = re.compile(r'claims="([^"]*)"')
+
+
+def claims_challenge(www_authenticate: str | None) -> str | None:
+    """The decoded claims of a ``WWW-Authenticate`` challenge (CAE, conditional access), if it has any.
+
+    ARM sends them base64-encoded; ``get_token(..., claims=...)`` wants the JSON, and a token asked for
+    with claims is never served from the credential's cache.
+    """
+    match = _CLAIMS.search(www_authenticate or "")
+    if not match or not match.group(1):
+        return None
+    raw = match.group(1)
+    try:
+        decoded = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+        json.loads(decoded)
+        return decoded
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return raw if raw.lstrip().startswith("{") else None
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -75,8 +112,22 @@ def _build(method: str, url: str, params: dict[str, str] | None, token: str, use
 
 
 def _result(response: Any, what: str) -> Any:
-    _check(response.status_code, response.headers, response.text(), what)
-    return response.json() if response.text() else {}
+    text = response.text()
+    _check(response.status_code, response.headers, text, what)
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise MalformedResponse(f"{what}: HTTP {response.status_code} with a body that is not JSON") from None
+
+
+def job_document(doc: Any, what: str) -> dict[str, Any]:
+    """A job resource has a name and a string status; anything else would wait forever on "Unknown"."""
+    props = doc.get("properties") if isinstance(doc, dict) else None
+    if not isinstance(props, dict) or not isinstance(props.get("status"), str) or not doc.get("name"):
+        raise MalformedResponse(f"{what}: the answer is not a job document")
+    return doc
 
 
 def _history_base(settings: AzureMLConnectionSettings, discovery: dict[str, Any]) -> str:
@@ -115,52 +166,97 @@ class _Paths:
 
 
 class _ClientBase:
-    """What the sync and async clients share: URLs, the cached token, the run-history base URL."""
+    """What the sync and async clients share: URLs, the cached token, the run-history base URL.
 
-    def __init__(self, settings: AzureMLConnectionSettings, credential: Any) -> None:
+    ``credential_factory`` rebuilds the credential from the connection (read again, so a rotated
+    secret is picked up) after a token failure or a 401 that the cached token cannot answer.
+    """
+
+    def __init__(self, settings: AzureMLConnectionSettings, credential: Any, credential_factory: Any = None) -> None:
         self.paths = _Paths(settings)
         self._credential = credential
+        self._factory = credential_factory
         self._scope = settings.arm_scope
         self._token: Any = None
         self._history_base: str | None = None
+        self._rebuild = False  # the credential failed: build a new one before the next token
+        self.credentials_built = 1
 
-    def _token_stale(self, force: bool) -> bool:
-        return force or self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time()
+    def _token_stale(self) -> bool:
+        return self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time()
+
+    def _token_failed(self, exc: Exception) -> TokenUnavailable:
+        self._rebuild = True
+        self._token = None
+        return TokenUnavailable(f"could not get a token: {type(exc).__name__}: {scrub(str(exc))[:300]}")
+
+    @staticmethod
+    def _renewal(response: Any) -> str | None:
+        return claims_challenge(response.headers.get("WWW-Authenticate") or response.headers.get("www-authenticate"))
 
 
 class RestClient(_ClientBase):
     """Synchronous reads and cancels for one workspace."""
 
-    def __init__(self, settings: AzureMLConnectionSettings, credential: TokenCredential) -> None:
+    def __init__(
+        self,
+        settings: AzureMLConnectionSettings,
+        credential: TokenCredential,
+        credential_factory: Callable[[], TokenCredential] | None = None,
+    ) -> None:
         from azure.core import PipelineClient
         from azure.core.pipeline.transport import RequestsTransport
 
-        super().__init__(settings, credential)
+        super().__init__(settings, credential, credential_factory)
         self._client = PipelineClient(
             base_url=settings.resource_manager_url,
             policies=[],
             transport=RequestsTransport(connection_verify=settings.connection_verify, connection_timeout=30),
         )
 
-    def _auth(self, force: bool = False) -> str:
-        if self._token_stale(force):
-            self._token = self._credential.get_token(self._scope)
+    def _auth(self, *, renew: bool = False, claims: str | None = None) -> str:
+        """A token; ``renew`` after a 401: with the challenge's claims, or from a rebuilt credential.
+
+        azure-identity serves ``get_token`` from its cache until the token expires by its own clock, so
+        asking the same credential again after a 401 returns the very token ARM just refused.
+        """
+        if not (renew or self._rebuild or self._token_stale()):
+            return str(self._token.token)
+        try:
+            if (self._rebuild or (renew and not claims)) and self._factory is not None:
+                old, self._credential = self._credential, self._factory()
+                self.credentials_built += 1
+                self._rebuild = False
+                _close_quietly(old)
+            self._token = (
+                self._credential.get_token(self._scope, claims=claims)
+                if claims
+                else self._credential.get_token(self._scope)
+            )
+        except Exception as exc:  # azure-identity: ClientAuthenticationError, connection errors, a broken connection
+            raise self._token_failed(exc) from None
         return str(self._token.token)
 
     def request(self, method: str, url: str, *, params: dict[str, str] | None = None, what: str = "") -> Any:
+        claims: str | None = None
         for attempt in (1, 2):
-            request = _build(method, url, params, self._auth(force=attempt == 2), USER_AGENT)
+            request = _build(method, url, params, self._auth(renew=attempt == 2, claims=claims), USER_AGENT)
             try:
                 response = self._client.send_request(request)
             except _connection_errors() as exc:
                 raise TransientRestError(f"{what or url}: connection error: {scrub(str(exc))}") from None
-            if response.status_code == 401 and attempt == 1:
-                continue  # expired or revoked token: fetch a fresh one once
+            if response.status_code == 401:
+                if attempt == 1:
+                    claims = self._renewal(response)  # expired, revoked or challenged: renew once
+                    continue
+                self._rebuild = True
+                raise TokenUnavailable(f"{what or url}: HTTP 401 with a renewed token")
             return _result(response, what or f"{method} {url}")
         return {}
 
     def get_job(self, name: str) -> dict[str, Any]:
-        return self.request("GET", self.paths.job(name), what=f"GET job {name}")
+        what = f"GET job {name}"
+        return job_document(self.request("GET", self.paths.job(name), what=what), what)
 
     def get_compute(self, name: str) -> dict[str, Any] | None:
         try:
@@ -181,9 +277,19 @@ class RestClient(_ClientBase):
         return self.request("GET", url, what=f"GET run details {name}")
 
     def snapshot(self, name: str) -> JobSnapshot:
-        """The job's status; for a failed or cancelled job also its error and warnings."""
+        """The job's status; for a failed or cancelled job also its error and warnings.
+
+        The job exists once ARM returns it: a 404 from run history (lagging, or no run record) leaves
+        the details out, it never makes the job "not found".
+        """
         arm = self.get_job(name)
-        return JobSnapshot.from_rest(arm, self.get_run_details(name) if _needs_details(arm) else None)
+        details = None
+        if _needs_details(arm):
+            try:
+                details = self.get_run_details(name)
+            except ResourceNotFound:
+                log.warning("Run history has no details for job %s (yet); its error message is unknown.", name)
+        return JobSnapshot.from_rest(arm, details)
 
     def cancel_job(self, name: str) -> None:
         self.request("POST", self.paths.job(name) + "/cancel", what=f"cancel job {name}")
@@ -198,16 +304,22 @@ class RestClient(_ClientBase):
 
     def close(self) -> None:
         self._client.close()
+        _close_quietly(self._credential)
 
 
 class AsyncRestClient(_ClientBase):
     """The same reads on native asyncio (aiohttp), for triggers. No threads, no sync SDK."""
 
-    def __init__(self, settings: AzureMLConnectionSettings, credential: AsyncTokenCredential) -> None:
+    def __init__(
+        self,
+        settings: AzureMLConnectionSettings,
+        credential: AsyncTokenCredential,
+        credential_factory: Callable[[], Awaitable[AsyncTokenCredential]] | None = None,
+    ) -> None:
         from azure.core import AsyncPipelineClient
         from azure.core.pipeline.transport import AioHttpTransport
 
-        super().__init__(settings, credential)
+        super().__init__(settings, credential, credential_factory)
         self._client = AsyncPipelineClient(
             base_url=settings.resource_manager_url,
             policies=[],
@@ -215,25 +327,52 @@ class AsyncRestClient(_ClientBase):
         )
         self.list_pages = 0
 
-    async def _auth(self, force: bool = False) -> str:
-        if self._token_stale(force):
-            self._token = await self._credential.get_token(self._scope)
+    async def _auth(self, *, renew: bool = False, claims: str | None = None) -> str:
+        """As ``RestClient._auth``, on asyncio (the factory reads the connection with ``aget_connection``)."""
+        if not (renew or self._rebuild or self._token_stale()):
+            return str(self._token.token)
+        try:
+            if (self._rebuild or (renew and not claims)) and self._factory is not None:
+                old, self._credential = self._credential, await self._factory()
+                self.credentials_built += 1
+                self._rebuild = False
+                await _aclose_quietly(old)
+            self._token = await (
+                self._credential.get_token(self._scope, claims=claims)
+                if claims
+                else self._credential.get_token(self._scope)
+            )
+        except Exception as exc:
+            raise self._token_failed(exc) from None
         return str(self._token.token)
 
     async def request(self, method: str, url: str, *, params: dict[str, str] | None = None, what: str = "") -> Any:
+        claims: str | None = None
         for attempt in (1, 2):
-            request = _build(method, url, params, await self._auth(force=attempt == 2), ASYNC_USER_AGENT)
+            token = await self._auth(renew=attempt == 2, claims=claims)
+            request = _build(method, url, params, token, ASYNC_USER_AGENT)
             try:
                 response = await self._client.send_request(request)  # body is loaded (stream=False)
             except _connection_errors() as exc:
                 raise TransientRestError(f"{what or url}: connection error: {scrub(str(exc))}") from None
-            if response.status_code == 401 and attempt == 1:
-                continue
+            if response.status_code == 401:
+                if attempt == 1:
+                    claims = self._renewal(response)
+                    continue
+                self._rebuild = True
+                raise TokenUnavailable(f"{what or url}: HTTP 401 with a renewed token")
             return _result(response, what or f"{method} {url}")
         return {}
 
     async def get_job(self, name: str) -> dict[str, Any]:
-        return await self.request("GET", self.paths.job(name), what=f"GET job {name}")
+        what = f"GET job {name}"
+        return job_document(await self.request("GET", self.paths.job(name), what=what), what)
+
+    async def get_compute(self, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", self.paths.compute(name), what=f"GET compute {name}")
+        except ResourceNotFound:
+            return None
 
     async def history_base(self) -> str:
         if self._history_base is None:
@@ -251,22 +390,52 @@ class AsyncRestClient(_ClientBase):
         return await self.complete_snapshot(await self.get_job(name))
 
     async def complete_snapshot(self, arm: dict[str, Any]) -> JobSnapshot:
-        details = await self.get_run_details(arm["name"]) if _needs_details(arm) else None
+        """As ``RestClient.snapshot``: a run-history 404 leaves the details out, the job still exists."""
+        details = None
+        if _needs_details(arm):
+            try:
+                details = await self.get_run_details(arm["name"])
+            except ResourceNotFound:
+                log.warning("Run history has no details for job %s (yet); its error message is unknown.", arm["name"])
         return JobSnapshot.from_rest(arm, details)
 
     async def cancel_job(self, name: str) -> None:
         await self.request("POST", self.paths.job(name) + "/cancel", what=f"cancel job {name}")
 
-    async def list_jobs(self, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def list_job_pages(self, params: dict[str, str]) -> AsyncIterator[list[dict[str, Any]]]:
+        """The LIST one page at a time, so that a caller can stop after as many pages as it can afford."""
         url: str | None = self.paths.url("/jobs")
         query: dict[str, str] | None = params
         while url:
             page = await self.request("GET", url, params=query, what="LIST jobs")
             self.list_pages += 1
-            for item in page.get("value") or []:
+            values = page.get("value") if isinstance(page, dict) else None
+            yield [item for item in values or [] if isinstance(item, dict)]
+            url, query = page.get("nextLink") if isinstance(page, dict) else None, None
+
+    async def list_jobs(self, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        async for page in self.list_job_pages(params):
+            for item in page:
                 yield item
-            url, query = page.get("nextLink"), None
 
     async def close(self) -> None:
         await self._client.close()
-        await self._credential.close()
+        await _aclose_quietly(self._credential)
+
+
+def _close_quietly(credential: Any) -> None:
+    close = getattr(credential, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # closing a credential that already failed must not hide the real error
+            log.debug("closing a credential failed", exc_info=True)
+
+
+async def _aclose_quietly(credential: Any) -> None:
+    close = getattr(credential, "close", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:
+            log.debug("closing a credential failed", exc_info=True)

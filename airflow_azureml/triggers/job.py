@@ -2,48 +2,73 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_azureml.polling import PollingPolicy
+from airflow_azureml.polling import JobWatch, PollingPolicy, TransientBudgetExceeded
 from airflow_azureml.triggers.base import AzureMLBaseTrigger
 
 
 class AzureMLJobTrigger(AzureMLBaseTrigger):
     """Fires once when the job is terminal, has been queued longer than ``max_queue_time``, or can't be read.
 
-    Event payload: ``{"status": "terminal" | "queue_timeout" | "error", "job_name", "job", "message"}``,
-    where ``job`` is a ``JobSnapshot`` dict. Waits on the same connection share one poller.
+    Event payload: ``{"status": "terminal" | "queue_timeout" | "error", "job_name", "job", "message",
+    "gauge_evidence"}``, where ``job`` is a ``JobSnapshot`` dict and ``gauge_evidence`` a
+    ``GaugeEvidence`` dict (the compute's preemption gauge as sampled while the job was Running).
+    ``wait_for_creation``: a job that does not exist yet is waited for (sensors), not an error.
+    Waits on the same connection share one poller.
     """
 
-    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name",)
+    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name", "wait_for_creation")
 
     def __init__(
-        self, *, job_name: str, azure_ml_conn_id: str, polling: PollingPolicy | dict[str, Any] | None = None
+        self,
+        *,
+        job_name: str,
+        azure_ml_conn_id: str,
+        polling: PollingPolicy | dict[str, Any] | None = None,
+        wait_for_creation: bool = False,
     ) -> None:
         super().__init__(azure_ml_conn_id=azure_ml_conn_id, polling=polling)
         self.job_name = job_name
+        self.wait_for_creation = bool(wait_for_creation)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_azureml.triggers.poller import WorkspacePoller
 
-        payload = await WorkspacePoller.for_connection(self.azure_ml_conn_id).wait(self.job_name, self.policy)
+        payload = await WorkspacePoller.for_connection(self.azure_ml_conn_id).wait(
+            self.job_name, self.policy, wait_for_creation=self.wait_for_creation
+        )
         yield TriggerEvent(payload)
 
     async def on_kill(self) -> None:
         """A person marked the deferred task failed/success or cleared it: cancel the remote job.
 
         Airflow calls this only for user actions, never when a triggerer restarts or moves the trigger.
+        A throttled or failed cancel is retried within the wait's policy (``Retry-After`` capped by
+        ``max_interval``), so a lost cancel does not leave the job running and billing.
         """
         from airflow_azureml.hooks.azure_ml import AzureMLHook
-        from airflow_azureml.hooks.rest import ResourceNotFound
+        from airflow_azureml.hooks.rest import ResourceNotFound, TransientRestError
 
         client = await AzureMLHook(azure_ml_conn_id=self.azure_ml_conn_id).async_rest()
+        watch = JobWatch(self.policy)
         try:
             self.log.warning("Deferred task killed; cancelling Azure ML job %s.", self.job_name)
-            await client.cancel_job(self.job_name)
+            while True:
+                try:
+                    await client.cancel_job(self.job_name)
+                    return
+                except TransientRestError as exc:
+                    try:
+                        delay = watch.transient_error(exc.retry_after)
+                    except TransientBudgetExceeded:
+                        raise exc from None
+                    self.log.warning("Cancelling %s: %s; retrying in %.1fs", self.job_name, exc, delay)
+                    await asyncio.sleep(delay)
         except ResourceNotFound:
             self.log.info("Job %s does not exist; nothing to cancel.", self.job_name)
         finally:

@@ -2,9 +2,16 @@
 
 Azure Resource Manager throttles reads per subscription (12,000/hour under the legacy limits).
 2,000 waits polled one by one every 30 s need 240,000 reads an hour. Here, all waits on the same
-connection in one triggerer share one paged LIST of the workspace's jobs per interval (newest
-first, stopping once every waited job was seen); only a job missing from the list, or one that
-needs its error details, costs a GET.
+connection in one triggerer share one paged LIST per interval of the provider's own jobs (those
+with the ``naming.UNIT_TAG`` property), newest first, stopping once every waited job was seen and
+after at most ``ceil(waits / page size) + 1`` pages; a job missing from those pages, or one that
+needs its error details, costs a GET. So a tick costs what the waits need, not what the workspace
+holds.
+
+Failures are kept where they belong: a 400/403/malformed answer for one job ends that job's wait
+only; a token failure, a throttled or failed LIST, or a network error is transient for the waits
+it touched, each with its own budget. Nothing ends a wait whose job may still be running because
+of another job.
 """
 
 from __future__ import annotations
@@ -12,13 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from airflow_azureml.hooks.rest import AsyncRestClient, ResourceNotFound, TransientRestError
+from airflow_azureml.exceptions import AzureMLError
+from airflow_azureml.hooks.rest import AsyncRestClient, ResourceNotFound, TokenUnavailable, TransientRestError
+from airflow_azureml.naming import UNIT_TAG
 from airflow_azureml.outcomes import JobSnapshot
-from airflow_azureml.polling import JobWatch, PollingPolicy, TransientBudgetExceeded
+from airflow_azureml.polling import COMPUTE_READS, GaugeReading, JobWatch, PollingPolicy, TransientBudgetExceeded
+from airflow_azureml.redaction import scrub
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +37,8 @@ log = logging.getLogger(__name__)
 DIRECT_GET_LIMIT = 3
 # New waits arriving together (a triggerer picks up triggers in batches) share their first poll.
 JOIN_DEBOUNCE = 0.05
+# The LIST: the provider's own jobs (every submitted job carries this user property), not archived.
+LIST_QUERY = {"listViewType": "ActiveOnly", "properties": UNIT_TAG}
 
 
 @dataclass
@@ -33,6 +46,7 @@ class _Wait:
     job_name: str
     watch: JobWatch
     future: asyncio.Future[dict[str, Any]]
+    wait_for_creation: bool = False
     due: float = 0.0
 
 
@@ -41,11 +55,18 @@ class PollerStats:
     ticks: int = 0
     waits_served: int = 0  # what one-GET-per-wait polling would have cost
     list_pages: int = 0
+    max_pages_per_tick: int = 0
+    list_ticks: int = 0
     job_gets: int = 0
     detail_gets: int = 0
+    compute_gets: int = 0
     transient_errors: int = 0
     events: int = 0
     started: float = field(default_factory=time.monotonic)
+
+
+# What one job read gave: a snapshot, "no such job" (None), or the error that ends or delays its wait.
+_Result = JobSnapshot | None | AzureMLError
 
 
 class WorkspacePoller:
@@ -59,19 +80,27 @@ class WorkspacePoller:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._client: AsyncRestClient | None = None
+        self._closing = False
         self.stats = PollerStats()
 
     @classmethod
     def for_connection(cls, conn_id: str) -> WorkspacePoller:
         key = (conn_id, id(asyncio.get_running_loop()))
         poller = cls._registry.get(key)
-        if poller is None:
+        if poller is None or poller._closing:
             poller = cls._registry[key] = cls(conn_id)
         return poller
 
-    async def wait(self, job_name: str, policy: PollingPolicy) -> dict[str, Any]:
-        """Resolve with the event payload once the job is terminal, queued too long, or unreadable."""
-        wait = _Wait(job_name, JobWatch(policy), asyncio.get_running_loop().create_future())
+    async def wait(self, job_name: str, policy: PollingPolicy, *, wait_for_creation: bool = False) -> dict[str, Any]:
+        """Resolve with the event payload once the job is terminal, queued too long, or unreadable.
+
+        ``wait_for_creation``: a job that does not exist yet is waited for (a sensor), not an error.
+        """
+        if self._closing:  # this poller's loop has ended and it is closing its client: use a live one
+            return await WorkspacePoller.for_connection(self.conn_id).wait(
+                job_name, policy, wait_for_creation=wait_for_creation
+            )
+        wait = _Wait(job_name, JobWatch(policy), asyncio.get_running_loop().create_future(), wait_for_creation)
         self._waits.setdefault(job_name, []).append(wait)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"azureml-poller-{self.conn_id}")
@@ -85,6 +114,9 @@ class WorkspacePoller:
             if not waits:
                 self._waits.pop(job_name, None)
 
+    def _live(self) -> list[_Wait]:
+        return [w for group in self._waits.values() for w in group if not w.future.done()]
+
     async def _get_client(self) -> AsyncRestClient:
         if self._client is None:
             from airflow_azureml.hooks.azure_ml import AzureMLHook
@@ -93,49 +125,68 @@ class WorkspacePoller:
         return self._client
 
     async def _run(self) -> None:
-        errors = 0
         quiet_ticks = 0  # list mode: consecutive ticks in which no waited job changed
         try:
-            client = await self._get_client()
             await self._sleep(JOIN_DEBOUNCE)  # let a burst of new waits share the first poll
-            while self._waits:
-                waits = [w for group in self._waits.values() for w in group]
+            while True:
+                waits = self._live()
+                if not waits:
+                    # No await between this check and ``_closing``: a wait arriving from here on
+                    # finds this poller closing and goes to a new one (it never joins a dead loop).
+                    break
                 list_mode = len(waits) > DIRECT_GET_LIMIT
                 now = time.monotonic()
                 due = waits if list_mode else [w for w in waits if w.due <= now]
+                retry_delay = 0.0
                 if due:
                     try:
-                        snapshots = await self._poll(client, {w.job_name for w in due}, list_mode)
-                        errors = 0
-                    except TransientRestError as exc:
-                        errors += 1
-                        self.stats.transient_errors += 1
-                        try:
-                            delay = due[0].watch.transient_error(exc.retry_after)
-                        except TransientBudgetExceeded:
-                            self._fail_all(f"gave up after {errors} consecutive transient errors: {exc}")
-                            continue
-                        log.warning("Transient error polling jobs (%s); retrying in %.1fs", exc, delay)
-                        await self._sleep(delay)
+                        results = await self._poll({w.job_name for w in due}, list_mode)
+                    except Exception as exc:  # the tick as a whole failed (token, LIST, client): transient
+                        await self._sleep(self._tick_failed(due, exc))
                         continue
                     self.stats.ticks += 1
                     self.stats.waits_served += len(due)
-                    changed = self._deliver(due, snapshots)
+                    changed, retry_delay = self._deliver(due, results)
                     quiet_ticks = 0 if changed else quiet_ticks + 1
-                if list_mode and self._waits:
+                    await self._sample_gauges(due)
+                if list_mode and self._live():
                     # One LIST serves every wait, so back off as a whole: slower while nothing changes.
                     policy = min((w.watch.policy for w in waits), key=lambda p: p.interval)
-                    await self._sleep(policy.delay(quiet_ticks), debounce=True)
+                    await self._sleep(max(policy.delay(quiet_ticks), retry_delay), debounce=True)
                 else:
                     await self._sleep(self._next_delay(), debounce=True)
-        except Exception as exc:  # never leave waiters hanging
-            log.exception("Job poller for %s crashed", self.conn_id)
-            self._fail_all(f"poller crashed: {type(exc).__name__}: {exc}")
         finally:
-            if self._client is not None:
-                await self._client.close()
-                self._client = None
-            self._registry.pop((self.conn_id, id(asyncio.get_running_loop())), None)
+            self._closing = True
+            key = (self.conn_id, id(asyncio.get_running_loop()))
+            if self._registry.get(key) is self:
+                self._registry.pop(key, None)
+            for wait in self._live():  # only when the task itself was cancelled (triggerer stopping)
+                self._resolve(wait, _error(wait.job_name, "the triggerer's poller stopped"))
+            client, self._client = self._client, None
+            if client is not None:
+                await client.close()
+
+    def _tick_failed(self, due: list[_Wait], exc: Exception) -> float:
+        """A failure that touched every due wait: each spends its own transient budget. Returns the delay."""
+        self.stats.transient_errors += 1
+        if not isinstance(exc, TransientRestError):
+            log.exception("Polling jobs on %s failed unexpectedly; treating it as transient", self.conn_id)
+        retry_after = exc.retry_after if isinstance(exc, TransientRestError) else None
+        delays = [d for w in due if (d := self._transient(w, exc, retry_after)) is not None]
+        delay = min(delays) if delays else 0.0
+        log.warning("Transient error polling jobs on %s (%s); retrying in %.1fs", self.conn_id, exc, delay)
+        return delay
+
+    def _transient(self, wait: _Wait, exc: Exception, retry_after: float | None) -> float | None:
+        """Spend one of this wait's transient errors: its next delay, or None once its budget ended it."""
+        try:
+            delay = wait.watch.transient_error(retry_after)
+        except TransientBudgetExceeded:
+            message = f"gave up after {wait.watch.transient_errors} consecutive transient errors: {exc}"
+            self._resolve(wait, _error(wait.job_name, scrub(message)))
+            return None
+        wait.due = time.monotonic() + delay
+        return delay
 
     async def _sleep(self, delay: float, debounce: bool = False) -> None:
         """Sleep ``delay`` seconds, or until a new wait arrives (then briefly, to batch arrivals)."""
@@ -146,74 +197,138 @@ class WorkspacePoller:
                 await asyncio.sleep(JOIN_DEBOUNCE)
 
     def _next_delay(self) -> float:
-        dues = [w.due for waits in self._waits.values() for w in waits]
+        dues = [w.due for w in self._live()]
         return max(0.0, min(dues) - time.monotonic()) if dues else 0.0
 
-    async def _poll(self, client: AsyncRestClient, names: set[str], list_mode: bool) -> dict[str, JobSnapshot | None]:
+    async def _list(self, client: AsyncRestClient, names: set[str]) -> dict[str, dict[str, Any]]:
+        """The provider's jobs from at most ``ceil(waits / page size) + 1`` pages; the rest are read by GET."""
         found: dict[str, dict[str, Any]] = {}
-        if list_mode:
-            pages_before = client.list_pages
-            async for item in client.list_jobs({"listViewType": "ActiveOnly"}):
-                if item.get("name") in names:
-                    found[item["name"]] = item
-                    if len(found) == len(names):
-                        break
-            self.stats.list_pages += client.list_pages - pages_before
-        result: dict[str, JobSnapshot | None] = {}
-        for name in names:
-            arm = found.get(name)
-            if arm is None:
-                self.stats.job_gets += 1
-                try:
+        pages, cap = 0, None
+        try:
+            async for page in client.list_job_pages(LIST_QUERY):
+                pages += 1
+                for item in page:
+                    if item.get("name") in names and isinstance(item.get("properties"), dict):
+                        found[item["name"]] = item
+                if cap is None:
+                    cap = math.ceil(len(names) / max(1, len(page))) + 1
+                if len(found) == len(names) or pages >= cap:
+                    break
+        except TokenUnavailable:
+            raise  # connection-wide: the whole tick is transient
+        except AzureMLError as exc:  # a LIST this identity may not run, or a bad page: fall back to GETs
+            log.warning("Listing jobs on %s failed (%s); reading the waited jobs one by one", self.conn_id, exc)
+        finally:
+            self.stats.list_pages += pages
+            self.stats.list_ticks += 1
+            self.stats.max_pages_per_tick = max(self.stats.max_pages_per_tick, pages)
+        return found
+
+    async def _poll(self, names: set[str], list_mode: bool) -> dict[str, _Result]:
+        client = await self._get_client()
+        found = await self._list(client, names) if list_mode else {}
+        result: dict[str, _Result] = {}
+        for name in sorted(names):
+            try:
+                arm = found.get(name)
+                if arm is None:
+                    self.stats.job_gets += 1
                     arm = await client.get_job(name)
-                except ResourceNotFound:
-                    result[name] = None
-                    continue
-            status = (arm.get("properties") or {}).get("status")
-            if status in ("Failed", "Canceled"):
-                self.stats.detail_gets += 1
-            result[name] = await client.complete_snapshot(arm)
+                status = (arm.get("properties") or {}).get("status")
+                if status in ("Failed", "Canceled"):
+                    self.stats.detail_gets += 1
+                result[name] = await client.complete_snapshot(arm)
+            except ResourceNotFound:
+                result[name] = None
+            except TokenUnavailable:
+                raise  # no token for any job: the tick, not this job
+            except AzureMLError as exc:  # 400, 403, malformed body, throttled: this job only
+                result[name] = exc
         return result
 
-    def _deliver(self, due: list[_Wait], snapshots: dict[str, JobSnapshot | None]) -> bool:
-        """Feed each wait its snapshot; resolve the finished ones. Returns whether anything changed."""
+    def _deliver(self, due: list[_Wait], results: dict[str, _Result]) -> tuple[bool, float]:
+        """Feed each wait its result; resolve the finished ones. Returns (anything changed, retry delay)."""
         now = time.monotonic()
         changed = False
+        retry_delay = 0.0
         for wait in due:
             if wait.future.done():
                 continue
-            snapshot = snapshots.get(wait.job_name)
-            if snapshot is None:
-                changed = True
-                self._resolve(
-                    wait, {"status": "error", "job_name": wait.job_name, "message": f"job {wait.job_name} not found"}
-                )
+            result = results.get(wait.job_name)
+            if isinstance(result, TransientRestError):
+                self.stats.transient_errors += 1
+                delay = self._transient(wait, result, result.retry_after)
+                retry_delay = max(retry_delay, delay or 0.0)
                 continue
-            delay = wait.watch.observe(snapshot, now)
+            if isinstance(result, AzureMLError):
+                changed = True
+                self._resolve(wait, _error(wait.job_name, f"reading job {wait.job_name} failed: {result}"))
+                continue
+            if result is None:
+                if wait.wait_for_creation:
+                    wait.due = now + wait.watch.observe_missing()
+                    continue
+                changed = True
+                self._resolve(wait, _error(wait.job_name, f"job {wait.job_name} not found"))
+                continue
+            delay = wait.watch.observe(result, now)
             changed = changed or wait.watch.unchanged_polls == 0
             if delay is None:
-                self._resolve(wait, {"status": "terminal", "job_name": wait.job_name, "job": snapshot.to_dict()})
+                self._resolve(wait, self._payload(wait, "terminal", result))
             elif wait.watch.queue_time_exceeded(now):
-                self._resolve(
-                    wait,
-                    {
-                        "status": "queue_timeout",
-                        "job_name": wait.job_name,
-                        "job": snapshot.to_dict(),
-                        "message": f"job {wait.job_name} stayed {snapshot.status} for more than "
-                        f"{wait.watch.policy.max_queue_time}s",
-                    },
+                message = (
+                    f"job {wait.job_name} stayed {result.status} for more than {wait.watch.policy.max_queue_time}s"
                 )
+                self._resolve(wait, self._payload(wait, "queue_timeout", result, message))
             else:
                 wait.due = now + delay
-        return changed
+        return changed, retry_delay
+
+    async def _sample_gauges(self, due: list[_Wait]) -> None:
+        """Read each Running job's compute at most once per poll interval, shared by every wait on it."""
+        by_compute: dict[str, list[_Wait]] = {}
+        for wait in due:
+            if not wait.future.done() and wait.watch.wants_gauge():
+                compute = wait.watch.last_compute
+                if compute:
+                    by_compute.setdefault(compute, []).append(wait)
+        if not by_compute:
+            return
+        client = await self._get_client()
+        for compute, waits in by_compute.items():
+            key = client.paths.compute(compute)
+            max_age = min(w.watch.policy.interval for w in waits)
+            ok, reading = COMPUTE_READS.fresh(key, max_age)
+            if not ok:
+                taken = time.monotonic()
+                reading = None
+                try:
+                    self.stats.compute_gets += 1
+                    reading = GaugeReading.from_rest(compute, await client.get_compute(compute), taken)
+                except AzureMLError as exc:  # a missed sample is missing evidence, never a failed wait
+                    log.info("Could not read compute %s for its preemption gauge: %s", compute, exc)
+                finally:
+                    COMPUTE_READS.store(key, reading, taken)
+            for wait in waits:
+                wait.watch.offer_gauge(reading)
+
+    def _payload(self, wait: _Wait, status: str, snapshot: JobSnapshot, message: str | None = None) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "status": status,
+            "job_name": wait.job_name,
+            "job": snapshot.to_dict(),
+            "gauge_evidence": wait.watch.gauge.to_dict(),
+        }
+        if message is not None:
+            payload["message"] = message
+        return payload
 
     def _resolve(self, wait: _Wait, payload: dict[str, Any]) -> None:
         self.stats.events += 1
         if not wait.future.done():
+            payload.setdefault("gauge_evidence", wait.watch.gauge.to_dict())
             wait.future.set_result(payload)
 
-    def _fail_all(self, message: str) -> None:
-        for waits in list(self._waits.values()):
-            for wait in waits:
-                self._resolve(wait, {"status": "error", "job_name": wait.job_name, "message": message})
+
+def _error(job_name: str, message: str) -> dict[str, Any]:
+    return {"status": "error", "job_name": job_name, "message": message}

@@ -18,6 +18,7 @@ from tests.conftest import load_dag, task_states
 from tests.helpers import preempt, when_running
 from tests.integration.test_emulator_sdk import invoke, setup_workspace
 from tests.integration.test_example_dag import INTERVAL, read_report
+from tests.integration.test_waits import invoke_tagged
 
 FAST = {"interval": 0.05, "max_interval": 0.2, "jitter": 0.0}
 
@@ -37,7 +38,7 @@ def jobs(emulator: Emulator, azureml_conn: dict[str, Any]) -> tuple[Emulator, An
 
 def test_many_waits_share_one_paged_list(jobs: tuple[Emulator, Any]) -> None:
     emulator, ml = jobs
-    names = [invoke(ml, "in/a", f"job-{i}") for i in range(12)]
+    names = [invoke_tagged(ml, "in/a", f"job-{i}") for i in range(12)]  # as the provider submits them
     before = len(emulator.requests())
 
     async def wait_all() -> tuple[list[dict[str, Any]], Any]:
@@ -68,8 +69,10 @@ def test_trigger_honours_429_retry_after(jobs: tuple[Emulator, Any]) -> None:
     emulator, ml = jobs
     name = invoke(ml, "in/a", "job-429")
     emulator.add_fault(kind="status", status=429, retry_after=1, path=f"/jobs/{name}$", methods=["GET"], count=1)
+    # Retry-After is honoured up to the policy's max_interval (test_waits: a larger one is capped)
+    polling = {**FAST, "max_interval": 2.0}
     event = asyncio.run(
-        run_trigger(AzureMLJobTrigger(job_name=name, azure_ml_conn_id="azure_ml_default", polling=FAST))
+        run_trigger(AzureMLJobTrigger(job_name=name, azure_ml_conn_id="azure_ml_default", polling=polling))
     )
     assert event["status"] == "terminal"
     hits = [r for r in emulator.requests() if r["path"].endswith(f"/jobs/{name}") and r["method"] == "GET"]

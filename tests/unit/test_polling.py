@@ -8,7 +8,7 @@ import pytest
 
 from airflow_azureml.exceptions import AzureMLConfigError
 from airflow_azureml.outcomes import JobSnapshot
-from airflow_azureml.polling import JobWatch, PollingPolicy, TransientBudgetExceeded
+from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy, SharedComputeReads, TransientBudgetExceeded
 
 
 def test_backoff_grows_while_unchanged_and_is_capped() -> None:
@@ -77,3 +77,96 @@ def test_invalid_policy(kwargs: dict) -> None:
 def test_policy_serialises() -> None:
     policy = PollingPolicy(interval=5, max_interval=50, max_queue_time=120)
     assert PollingPolicy.from_dict(policy.to_dict()) == policy
+
+
+def test_retry_after_is_capped_by_max_interval() -> None:
+    policy = PollingPolicy(interval=2, max_interval=30)
+    assert policy.error_delay(1, retry_after=86400) == 30
+    assert policy.error_delay(1, retry_after=5) == 5
+
+
+@pytest.mark.parametrize("status", ["NotResponding", "Paused"])
+def test_not_responding_and_paused_keep_the_wait_going(status: str) -> None:
+    watch = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
+    assert watch.observe(JobSnapshot(name="j", status="Running"), now=0) is not None
+    assert watch.observe(JobSnapshot(name="j", status=status), now=1) is not None
+    assert watch.observe(JobSnapshot(name="j", status="Running"), now=2) is not None
+    assert watch.observe(JobSnapshot(name="j", status="Completed"), now=3) is None
+
+
+def test_a_missing_job_is_waited_for_with_backoff() -> None:
+    watch = JobWatch(PollingPolicy(interval=1, max_interval=8, backoff=2, jitter=0))
+    assert [watch.observe_missing() for _ in range(5)] == [1, 2, 4, 8, 8]
+    assert watch.observe(JobSnapshot(name="j", status="Queued"), now=0) == 1  # appeared: back-off resets
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reading(compute: str, preempted: int | None, taken: float, low: bool = True) -> GaugeReading:
+    return GaugeReading(compute, low, preempted, taken)
+
+
+def test_compute_reads_are_shared_at_most_once_per_interval() -> None:
+    clock = Clock()
+    reads = SharedComputeReads(clock)
+    calls: list[float] = []
+
+    def read(taken: float) -> GaugeReading:
+        calls.append(taken)
+        return reading("c", len(calls), taken)
+
+    for _ in range(20):  # twenty waits on one compute within one interval: one read
+        assert reads.get(("ws", "c"), 10, read) is not None
+    clock.now += 5
+    reads.get(("ws", "c"), 10, read)
+    assert len(calls) == 1
+    clock.now += 5
+    reads.get(("ws", "c"), 10, read)
+    reads.get(("ws", "other"), 10, read)
+    assert len(calls) == 3 and reads.reads == 3
+
+
+def test_a_failed_compute_read_also_waits_out_the_interval() -> None:
+    clock = Clock()
+    reads = SharedComputeReads(clock)
+
+    def broken(taken: float) -> GaugeReading:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        reads.get("k", 10, broken)
+    assert reads.get("k", 10, broken) is None  # not read again within the interval
+
+
+def test_gauge_counts_only_readings_taken_while_the_job_ran() -> None:
+    watch = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
+    watch.observe(JobSnapshot(name="j", status="Queued", compute="c"), now=0)
+    assert not watch.wants_gauge()
+    watch.offer_gauge(reading("c", 3, taken=0.5))  # not Running: ignored
+    watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=10)
+    assert watch.wants_gauge()
+    watch.offer_gauge(reading("c", 3, taken=9.0))  # shared reading from before this job ran: ignored
+    assert watch.gauge.samples == 0
+    watch.offer_gauge(reading("c", 1, taken=10.5))
+    watch.offer_gauge(reading("c", 1, taken=10.5))  # the same reading again: counted once
+    watch.offer_gauge(reading("c", None, taken=11.0))  # the compute did not report the gauge: not zero
+    watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=12)
+    watch.offer_gauge(reading("c", 2, taken=12.5))
+    assert watch.gauge.samples == 2 and watch.gauge.rose_while_running
+    assert watch.gauge.first_while_running == 1 and watch.gauge.peak_while_running == 2
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="c"), now=13)
+    assert not watch.wants_gauge()
+
+
+def test_gauge_reading_from_rest_keeps_missing_as_missing() -> None:
+    arm = {"properties": {"properties": {"vmPriority": "LowPriority", "nodeStateCounts": {"preemptedNodeCount": 2}}}}
+    assert GaugeReading.from_rest("c", arm, 1.0) == GaugeReading("c", True, 2, 1.0)
+    bare = {"properties": {"properties": {"vmPriority": "Dedicated"}}}
+    assert GaugeReading.from_rest("c", bare, 1.0) == GaugeReading("c", False, None, 1.0)
+    assert GaugeReading.from_rest("c", None, 1.0) is None

@@ -48,3 +48,168 @@ def test_a_trigger_that_declares_a_secret_field_is_refused() -> None:
 
     with pytest.raises(TypeError, match="must not serialise"):
         Leaky(azure_ml_conn_id="c", polling=PollingPolicy()).serialize()
+
+
+# ------------------------------------------------ the poller's logic, with a fake REST client at the edge
+class FakeClient:
+    """The AsyncRestClient surface the poller uses, over an in-memory workspace (newest job first)."""
+
+    def __init__(self, jobs: list[dict], page_size: int = 100) -> None:
+        from types import SimpleNamespace
+
+        self.jobs = jobs
+        self.page_size = page_size
+        self.list_pages = 0
+        self.gets: list[str] = []
+        self.broken: dict[str, Exception] = {}
+        self.token_failures = 0
+        self.paths = SimpleNamespace(compute=lambda name: ("fake", name))
+
+    def _token(self) -> None:
+        from airflow_azureml.hooks.rest import TokenUnavailable
+
+        if self.token_failures:
+            self.token_failures -= 1
+            raise TokenUnavailable("could not get a token: ClientAuthenticationError: 503 from the token endpoint")
+
+    async def list_job_pages(self, params: dict):
+        self._token()
+        for start in range(0, len(self.jobs), self.page_size):
+            self.list_pages += 1
+            yield self.jobs[start : start + self.page_size]
+
+    async def get_job(self, name: str) -> dict:
+        from airflow_azureml.hooks.rest import ResourceNotFound
+
+        self._token()
+        self.gets.append(name)
+        if name in self.broken:
+            raise self.broken[name]
+        for job in self.jobs:
+            if job["name"] == name:
+                return job
+        raise ResourceNotFound(name)
+
+    async def complete_snapshot(self, arm: dict):
+        from airflow_azureml.outcomes import JobSnapshot
+
+        return JobSnapshot.from_rest(arm)
+
+    async def get_compute(self, name: str) -> dict:
+        return {
+            "properties": {"properties": {"vmPriority": "LowPriority", "nodeStateCounts": {"preemptedNodeCount": 0}}}
+        }
+
+    async def close(self) -> None:
+        pass
+
+
+def arm_job(name: str, status: str = "Completed") -> dict:
+    return {"name": name, "properties": {"status": status, "computeId": "/x/computes/c"}}
+
+
+def run_waits(client: FakeClient, names: list[str], **kwargs) -> list[dict]:
+    import asyncio
+
+    from airflow_azureml.triggers.poller import WorkspacePoller
+
+    policy = PollingPolicy(interval=0.01, max_interval=0.02, jitter=0)
+
+    async def main() -> list[dict]:
+        poller = WorkspacePoller("fake-conn")
+        poller._client = client  # type: ignore[assignment]
+        return await asyncio.wait_for(asyncio.gather(*(poller.wait(n, policy, **kwargs) for n in names)), timeout=60)
+
+    return asyncio.run(main())
+
+
+def test_pages_per_tick_are_capped_and_old_jobs_are_read_by_get() -> None:
+    import math
+
+    history = [arm_job(f"done-{i}") for i in range(2000)]  # newer than every waited job
+    old = [arm_job(f"old-{i}", "Completed") for i in range(5)]
+    client = FakeClient([*history, *old], page_size=100)
+    events = run_waits(client, [j["name"] for j in old])
+    assert {e["status"] for e in events} == {"terminal"}
+    assert client.list_pages <= math.ceil(5 / 100) + 1  # not the 21 pages of the whole history
+    assert sorted(client.gets) == sorted(j["name"] for j in old)
+
+
+def test_a_malformed_job_fails_only_its_own_wait() -> None:
+    from airflow_azureml.hooks.rest import MalformedResponse
+
+    jobs = [arm_job(f"j{i}") for i in range(3)]
+    client = FakeClient([], page_size=100)
+    client.jobs = jobs
+    client.broken["j1"] = MalformedResponse("GET job j1: the answer is not a job document")
+    events = {e["job_name"]: e for e in run_waits(client, ["j0", "j1", "j2"])}
+    assert events["j1"]["status"] == "error" and "not a job document" in events["j1"]["message"]
+    assert events["j0"]["status"] == events["j2"]["status"] == "terminal"
+
+
+def test_a_token_failure_is_transient_for_the_waits() -> None:
+    client = FakeClient([arm_job("a"), arm_job("b")])
+    client.token_failures = 3
+    events = run_waits(client, ["a", "b"])
+    assert [e["status"] for e in events] == ["terminal", "terminal"]
+
+
+def test_a_wait_for_creation_survives_not_found() -> None:
+    import asyncio
+
+    from airflow_azureml.triggers.poller import WorkspacePoller
+
+    client = FakeClient([])
+    policy = PollingPolicy(interval=0.01, max_interval=0.02, jitter=0)
+
+    async def main() -> dict:
+        poller = WorkspacePoller("fake-conn-2")
+        poller._client = client  # type: ignore[assignment]
+        wait = asyncio.create_task(poller.wait("later", policy, wait_for_creation=True))
+        while len(client.gets) < 3:
+            await asyncio.sleep(0.005)
+        client.jobs.append(arm_job("later"))
+        return await asyncio.wait_for(wait, 60)
+
+    event = asyncio.run(main())
+    assert event["status"] == "terminal"
+
+
+def test_claims_challenge_is_decoded() -> None:
+    import base64
+
+    from airflow_azureml.hooks.rest import claims_challenge
+
+    claims = '{"access_token":{"nbf":{"essential":true,"value":"1726077595"}}}'
+    encoded = base64.b64encode(claims.encode()).decode().rstrip("=")
+    header = f'Bearer authorization_uri="https://login", error="insufficient_claims", claims="{encoded}"'
+    assert claims_challenge(header) == claims
+    assert claims_challenge('Bearer authorization_uri="https://login", error="invalid_token"') is None
+    assert claims_challenge(None) is None
+
+
+def test_malformed_bodies_are_errors_not_unknown_jobs() -> None:
+    from airflow_azureml.hooks.rest import MalformedResponse, _result, job_document
+
+    class Response:
+        status_code = 200
+        headers: dict = {}
+
+        def __init__(self, text: str) -> None:
+            self._text = text
+
+        def text(self) -> str:
+            return self._text
+
+    with pytest.raises(MalformedResponse):
+        _result(Response("<html>gateway</html>"), "GET job j")
+    for doc in ({}, {"name": "j"}, {"name": "j", "properties": {}}, ["x"], {"name": "j", "properties": {"status": 3}}):
+        with pytest.raises(MalformedResponse):
+            job_document(doc, "GET job j")
+    assert job_document(arm_job("j"), "GET job j")["name"] == "j"
+
+
+def test_the_trigger_row_carries_wait_for_creation() -> None:
+    _, kwargs = AzureMLJobTrigger(job_name="j", azure_ml_conn_id="c", wait_for_creation=True).serialize()
+    assert kwargs["wait_for_creation"] is True
+    assert AzureMLJobTrigger(**kwargs).wait_for_creation is True

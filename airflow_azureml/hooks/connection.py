@@ -1,0 +1,201 @@
+"""Connection settings of an ``azure_ml`` connection, and the credentials they select.
+
+The one layer beneath both the hook (``hooks.azure_ml``) and the REST clients (``hooks.rest``):
+it imports neither, so the two never import each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.redaction import mask
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+    from azure.core.credentials_async import AsyncTokenCredential
+
+KNOWN_CLOUDS: dict[str, dict[str, str]] = {
+    "AzureCloud": {
+        "resource_manager": "https://management.azure.com",
+        "authority": "https://login.microsoftonline.com",
+        "studio": "https://ml.azure.com",
+    },
+    "AzureChinaCloud": {
+        "resource_manager": "https://management.chinacloudapi.cn",
+        "authority": "https://login.chinacloudapi.cn",
+        "studio": "https://studio.ml.azure.cn",
+    },
+    "AzureUSGovernment": {
+        "resource_manager": "https://management.usgovcloudapi.net",
+        "authority": "https://login.microsoftonline.us",
+        "studio": "https://ml.azure.us",
+    },
+}
+CUSTOM_CLOUD = "custom"
+EXTRA_FIELDS = (
+    "subscription_id",
+    "resource_group",
+    "workspace_name",
+    "tenant_id",
+    "managed_identity_client_id",
+    "workload_identity_tenant_id",
+    "cloud",
+    "resource_manager_url",
+    "authority_url",
+    "ca_bundle",
+    "studio_url",
+)
+
+
+@dataclass(frozen=True)
+class AzureMLConnectionSettings:
+    """Everything a connection says, validated. Holds the secret; never log or serialise it."""
+
+    subscription_id: str
+    resource_group: str
+    workspace_name: str
+    tenant_id: str | None
+    client_id: str | None
+    client_secret: str | None
+    managed_identity_client_id: str | None
+    workload_identity_tenant_id: str | None
+    cloud: str
+    resource_manager_url: str
+    authority_url: str
+    ca_bundle: str | None
+    studio_url: str
+
+    @property
+    def workspace_path(self) -> str:
+        return (
+            f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
+            f"/providers/Microsoft.MachineLearningServices/workspaces/{self.workspace_name}"
+        )
+
+    @property
+    def arm_scope(self) -> str:
+        return f"{self.resource_manager_url}/.default"
+
+    @property
+    def connection_verify(self) -> str | bool:
+        """TLS verification is always on; a custom CA bundle is used when one is given."""
+        return self.ca_bundle or True
+
+    @property
+    def sdk_cloud_name(self) -> str:
+        """A cloud name unique per endpoint set: the SDK registers each name once per process."""
+        if self.cloud != CUSTOM_CLOUD:
+            return self.cloud
+        digest = hashlib.sha256(f"{self.resource_manager_url}|{self.authority_url}".encode()).hexdigest()[:12]
+        return f"AirflowCustom-{digest}"
+
+
+def parse_connection(conn: Any) -> AzureMLConnectionSettings:
+    """Read and validate an ``azure_ml`` connection; raises ``AzureMLConfigError`` naming the field."""
+    extra = dict(conn.extra_dejson or {})
+
+    def get(name: str) -> str | None:
+        value = extra.get(name) or extra.get(f"extra__azure_ml__{name}")
+        return str(value).strip() if value not in (None, "") else None
+
+    missing = [f for f in ("subscription_id", "resource_group", "workspace_name") if not get(f)]
+    if missing:
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r} is missing required field(s) {missing}; set them in the "
+            "connection's extra (subscription_id, resource_group, workspace_name)."
+        )
+    cloud = get("cloud") or "AzureCloud"
+    if cloud != CUSTOM_CLOUD and cloud not in KNOWN_CLOUDS:
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: unknown cloud {cloud!r}; use one of {[*KNOWN_CLOUDS, CUSTOM_CLOUD]}."
+        )
+    defaults = KNOWN_CLOUDS.get(cloud, {})
+    arm = get("resource_manager_url") or defaults.get("resource_manager")
+    authority = get("authority_url") or defaults.get("authority")
+    if not arm or not authority:
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: cloud 'custom' needs resource_manager_url and authority_url."
+        )
+    for label, url in (("resource_manager_url", arm), ("authority_url", authority)):
+        if not url.startswith("https://"):
+            raise AzureMLConfigError(f"Connection {conn.conn_id!r}: {label} must be an https:// URL.")
+    ca_bundle = get("ca_bundle")
+    if ca_bundle and not os.path.isfile(ca_bundle):
+        raise AzureMLConfigError(f"Connection {conn.conn_id!r}: ca_bundle {ca_bundle!r} is not a file.")
+    secret = conn.password or None
+    tenant = get("tenant_id")
+    if secret and not (tenant and conn.login):
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: a client secret needs tenant_id and a client id (login)."
+        )
+    if secret:
+        mask(secret)
+    return AzureMLConnectionSettings(
+        subscription_id=get("subscription_id") or "",
+        resource_group=get("resource_group") or "",
+        workspace_name=get("workspace_name") or "",
+        tenant_id=tenant,
+        client_id=conn.login or None,
+        client_secret=secret,
+        managed_identity_client_id=get("managed_identity_client_id"),
+        workload_identity_tenant_id=get("workload_identity_tenant_id"),
+        cloud=cloud,
+        resource_manager_url=arm.rstrip("/"),
+        authority_url=authority.rstrip("/"),
+        ca_bundle=ca_bundle,
+        studio_url=(get("studio_url") or defaults.get("studio") or f"{arm.rstrip('/')}/_emulator").rstrip("/"),
+    )
+
+
+def credential_kwargs(settings: AzureMLConnectionSettings) -> dict[str, Any]:
+    """Keyword arguments shared by the sync and async credential classes."""
+    kwargs: dict[str, Any] = {"authority": settings.authority_url, "connection_verify": settings.connection_verify}
+    if settings.cloud == CUSTOM_CLOUD:
+        # Private clouds and sovereign endpoints cannot be validated against the public AAD instance list.
+        kwargs["disable_instance_discovery"] = True
+    return kwargs
+
+
+def default_chain_kwargs(settings: AzureMLConnectionSettings, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``DefaultAzureCredential`` options: honour a managed identity client id given alone."""
+    kwargs = dict(kwargs)
+    kwargs.pop("disable_instance_discovery", None)
+    if settings.managed_identity_client_id:
+        kwargs["managed_identity_client_id"] = settings.managed_identity_client_id
+    if settings.workload_identity_tenant_id:
+        kwargs["workload_identity_tenant_id"] = settings.workload_identity_tenant_id
+    if settings.tenant_id:
+        kwargs["additionally_allowed_tenants"] = [settings.tenant_id]
+    return kwargs
+
+
+def build_credential(settings: AzureMLConnectionSettings) -> TokenCredential:
+    """A client secret selects ``ClientSecretCredential``; otherwise ``DefaultAzureCredential``."""
+    kwargs = credential_kwargs(settings)
+    if settings.client_secret:
+        from azure.identity import ClientSecretCredential
+
+        return ClientSecretCredential(
+            settings.tenant_id or "", settings.client_id or "", settings.client_secret, **kwargs
+        )
+    from azure.identity import DefaultAzureCredential
+
+    return DefaultAzureCredential(**default_chain_kwargs(settings, kwargs))
+
+
+def build_async_credential(settings: AzureMLConnectionSettings) -> AsyncTokenCredential:
+    """The same identity as ``build_credential``, from ``azure.identity.aio`` for triggers."""
+    kwargs = credential_kwargs(settings)
+    if settings.client_secret:
+        from azure.identity.aio import ClientSecretCredential
+
+        return ClientSecretCredential(
+            settings.tenant_id or "", settings.client_id or "", settings.client_secret, **kwargs
+        )
+    from azure.identity.aio import DefaultAzureCredential
+
+    return DefaultAzureCredential(**default_chain_kwargs(settings, kwargs))
