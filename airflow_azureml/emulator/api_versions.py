@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -104,14 +104,15 @@ def _error(code: str, message: str) -> web.Response:
 
 @dataclass
 class ApiVersionCheck:
-    """The switch and the table. ``enabled`` is on by default: ARM always checks."""
+    """The check, for the workspace's location. ``enabled`` reads the ``check_api_versions`` behaviour switch
+    (on by default: ARM always checks)."""
 
     location: str = "eastus"
-    enabled: bool = True
+    enabled: Callable[[], bool] = field(default=lambda: True)
 
     def problem(self, path: str, query: Any) -> web.Response | None:
         """ARM's 400 for this request, or None when its api-version is accepted (or it is not an ARM route)."""
-        if not self.enabled or not path.startswith("/subscriptions/"):
+        if not path.startswith("/subscriptions/") or not self.enabled():
             return None
         version = query.get("api-version")
         if not version:

@@ -90,7 +90,8 @@ class AudienceCheck:
     ml_audience: str = ML_AUDIENCE
     #: The emulator's resource manager URL, set when the server has bound its port.
     resource_manager: str = ""
-    enabled: bool = True
+    #: Reads the ``check_audiences`` behaviour switch (on by default).
+    enabled: Callable[[], bool] = field(default=lambda: True)
 
     @staticmethod
     def _forms(url: str) -> frozenset[str]:
@@ -110,7 +111,7 @@ class AudienceCheck:
 
     def allowed(self, path: str) -> frozenset[str] | None:
         """The audiences ``path`` accepts; None when any issued token will do (or the check is off)."""
-        if not self.enabled or path.startswith("/_emulator/"):
+        if path.startswith("/_emulator/") or not self.enabled():
             return None
         if path.startswith("/subscriptions/"):
             return self.arm

@@ -90,6 +90,8 @@ class Behaviour:
     stall_seconds: float = 0.0  # every job, once Running, goes NotResponding this long, then resumes
     honour_error_threshold: bool = True  # error_threshold counts failed files; -1 ignores failures
     validate_deployments: bool = True  # a deployment's settings are checked when it is written
+    check_api_versions: bool = True  # ARM refuses a missing or unregistered api-version (emulator.api_versions)
+    check_audiences: bool = True  # each plane refuses tokens issued for another audience (emulator.identity)
 
     def update(self, values: dict[str, Any]) -> None:
         known = {f.name for f in fields(self)}

@@ -70,8 +70,6 @@ class Emulator:
         tenant_id: str = "00000000-0000-0000-0000-0000000000aa",
         location: str = "eastus",
         lro_retry_after: str = "1",
-        check_api_versions: bool = True,
-        check_audiences: bool = True,
         ml_audience: str = ML_AUDIENCE,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
@@ -88,8 +86,9 @@ class Emulator:
         self.identity = Identity(tenant_id=tenant_id, clients={self.client_id: self.client_secret})
         self.faults = FaultPlan(self.workspace.rng)
         self.ml_audience = ml_audience.rstrip("/")
-        self.api_version_check = ApiVersionCheck(location=location, enabled=check_api_versions)
-        self.audience_check = AudienceCheck(ml_audience=self.ml_audience, enabled=check_audiences)
+        behaviour = self.workspace.behaviour  # switches: check_api_versions, check_audiences
+        self.api_version_check = ApiVersionCheck(location=location, enabled=lambda: behaviour.check_api_versions)
+        self.audience_check = AudienceCheck(ml_audience=self.ml_audience, enabled=lambda: behaviour.check_audiences)
         self.request_log: list[dict[str, Any]] = []
         self.response_hooks: list[tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -158,7 +157,6 @@ class Emulator:
             api_version_middleware(self.api_version_check),
         ]
         app = web.Application(middlewares=[self._middleware, *protocol], client_max_size=64 * 1024**2)
-        app.router.add_post("/_emulator/protocol", self._control_protocol)
         self.routes = Routes(
             self.workspace,
             base_url=self.base_url,
@@ -360,21 +358,6 @@ class Emulator:
     def clear_faults(self) -> None:
         self.call(self.faults.clear)
         self.call(self.response_hooks.clear)
-
-    def set_protocol_checks(self, *, api_versions: bool | None = None, audiences: bool | None = None) -> None:
-        """Switch ARM's api-version check and the per-plane token audience check (both on by default)."""
-        if api_versions is not None:
-            self.api_version_check.enabled = bool(api_versions)
-        if audiences is not None:
-            self.audience_check.enabled = bool(audiences)
-
-    async def _control_protocol(self, request: web.Request) -> web.Response:
-        """``POST /_emulator/protocol {"api_versions": bool, "audiences": bool}``: the same switches over HTTP."""
-        data = await request.json() if request.can_read_body else {}
-        self.set_protocol_checks(api_versions=data.get("api_versions"), audiences=data.get("audiences"))
-        return web.json_response(
-            {"api_versions": self.api_version_check.enabled, "audiences": self.audience_check.enabled}
-        )
 
     def expire_tokens(self) -> int:
         return self.call(self.identity.expire_all)

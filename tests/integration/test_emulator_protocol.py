@@ -191,16 +191,11 @@ def test_what_the_sdk_and_the_provider_send_is_accepted(emulator: Emulator, azur
 
 def test_api_version_check_is_a_switch(emulator: Emulator) -> None:
     bearer = arm_token(emulator)
-    emulator.set_protocol_checks(api_versions=False)
+    assert emulator.behaviour()["check_api_versions"] is True
+    emulator.set_behaviour(check_api_versions=False)
     assert get(emulator, ws_url(emulator, "/jobs"), bearer).status_code == 200
-    switched = requests.post(
-        f"{emulator.base_url}/_emulator/protocol",
-        json={"api_versions": True},
-        headers={"Authorization": f"Bearer {bearer}"},
-        verify=emulator.ca_cert,
-        timeout=30,
-    )
-    assert switched.json() == {"api_versions": True, "audiences": True}
+    switched = post(emulator, f"{emulator.base_url}/_emulator/behaviour", bearer, {"check_api_versions": True})
+    assert switched.json()["check_api_versions"] is True
     assert get(emulator, ws_url(emulator, "/jobs"), bearer).status_code == 400
 
 
@@ -268,7 +263,8 @@ def test_sdk_invoke_needs_the_data_plane_audience(emulator: Emulator, azureml_co
 
 
 def test_audience_check_is_a_switch(emulator: Emulator) -> None:
-    emulator.set_protocol_checks(audiences=False)
+    assert emulator.behaviour()["check_audiences"] is True
+    emulator.set_behaviour(check_audiences=False)
     scoring = f"{emulator.base_url}/inference/batch/{ENDPOINT}/jobs"
     headers = {"Authorization": f"Bearer {arm_token(emulator)}", "azureml-model-deployment": DEPLOYMENT}
     response = requests.post(scoring, json={}, headers=headers, verify=emulator.ca_cert, timeout=30)
