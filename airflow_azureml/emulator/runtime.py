@@ -85,6 +85,7 @@ class Behaviour:
     preempted_node_release_seconds: float = 0.5  # how long an evicted node stays "preempted" before deallocation
     single_node_eviction_cancels: bool = True  # seed 000/001: a single-node cluster's eviction cancels its jobs
     capacity_cancel_message: bool = False  # a capacity-lost cancel carries a warning text (Azure documents none)
+    capacity_cancel_after_seconds: float = 0.0  # how long a job that lost its capacity stays as it was before its end
     honour_repeatability_id: bool = False  # invoke replays a job for a repeated Repeatability-Request-Id
     immutable_jobs: bool = True  # PUT of an existing job may change only description/tags/displayName/...
     stall_seconds: float = 0.0  # every job, once Running, goes NotResponding this long, then resumes
@@ -729,7 +730,11 @@ class Workspace:
         for node in victims:
             self._evict(compute, node)
         if victims and compute.max_nodes == 1 and self.behaviour.single_node_eviction_cancels:
-            self._lose_capacity(compute, jobs, "canceled")  # seed 000/001: a single-node cluster cannot go on
+            delay = self.behaviour.capacity_cancel_after_seconds  # seed 000/001: a single-node cluster cannot go on
+            if delay > 0:
+                self._spawn(self._lose_capacity_later(compute, jobs, "canceled", delay))
+            else:
+                self._lose_capacity(compute, jobs, "canceled")
         return len(victims)
 
     def _evict(self, compute: Compute, node: Node) -> None:
@@ -760,7 +765,15 @@ class Workspace:
         for node in list(compute.nodes):
             self._evict(compute, node)
         jobs = {j.name for j in self.jobs.values() if j.compute == cluster and j.status in ACTIVE_JOB_STATES}
+        delay = self.behaviour.capacity_cancel_after_seconds
+        if delay > 0:  # the service ends the jobs a while after their nodes went
+            self._spawn(self._lose_capacity_later(compute, jobs, form, delay))
+            return sorted(jobs)
         return self._lose_capacity(compute, jobs, form)
+
+    async def _lose_capacity_later(self, compute: Compute, job_names: set[str], form: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._lose_capacity(compute, job_names, form)
 
     def _lose_capacity(self, compute: Compute, job_names: set[str], form: str) -> list[str]:
         """End the jobs that lost their capacity, as Azure shows it: status (and the PreemptionError text)."""

@@ -192,6 +192,19 @@ def test_capacity_lost_cancel_is_told_apart_only_by_node_counts(
     assert compute_props(ml, emulator).node_state_counts.preempted_node_count == 2  # the only evidence
 
 
+def test_capacity_lost_job_can_outlive_its_nodes_for_a_while(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    emulator.set_behaviour(capacity_cancel_after_seconds=0.5, preempted_node_release_seconds=5)
+    write_heart_csvs(emulator.datastore_path("inputs/later"), files=40, rows_per_file=3)
+    name = invoke(ml, "inputs/later", "job-lost-later")
+    wait_status(emulator, name, "Running")
+    until(lambda: compute_props(ml, emulator).current_node_count == 2, "the job's nodes")
+    assert emulator.preempt_cluster(CLUSTER, form="canceled") == [name]
+    assert status_of(ml, name) == "Running"  # its nodes are gone, the service has not ended it yet
+    assert compute_props(ml, emulator).node_state_counts.preempted_node_count == 2
+    assert wait_terminal(ml, name) == "Canceled"
+
+
 def test_preemption_failure_text_is_azures(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
     ml = setup_workspace(AzureMLHook())
     write_heart_csvs(emulator.datastore_path("inputs/pf"), files=40, rows_per_file=3)
@@ -536,6 +549,7 @@ def test_behaviour_api_lists_every_switch(emulator: Emulator) -> None:
         "preempted_gauge",
         "preempted_node_release_seconds",
         "capacity_cancel_message",
+        "capacity_cancel_after_seconds",
         "honour_repeatability_id",
         "immutable_jobs",
         "stall_seconds",
