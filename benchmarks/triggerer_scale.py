@@ -252,8 +252,10 @@ def serve_history(data_dir: str, old: int, history: int, new: int) -> None:
 
 def run_history_case(old: int, history: int, new: int) -> None:
     """Pages per tick when the workspace holds a long history of the provider's own finished jobs."""
+    import logging
     import math
 
+    logging.getLogger("azure").setLevel(logging.WARNING)  # request logs would drown the figures
     emulator = EmulatorProcess((old, history, new))
     os.environ["AIRFLOW_CONN_AZURE_ML_DEFAULT"] = emulator.info["airflow_conn_json"]
     try:
@@ -270,6 +272,8 @@ def run_history_case(old: int, history: int, new: int) -> None:
             await asyncio.sleep(0)
             poller = WorkspacePoller.for_connection("azure_ml_default")
             await waits
+            if poller._task is not None:
+                await poller._task  # let it close its client before the loop ends
             return poller.stats
 
         started = time.monotonic()

@@ -155,6 +155,36 @@ def test_token_failure_is_transient_and_the_credential_is_rebuilt_from_the_conne
     assert [e["status"] for e in events] == ["terminal", "terminal"], events
 
 
+def test_a_rotated_secret_is_picked_up_from_the_connection(
+    jobs: tuple[Emulator, Any], azureml_conn: dict[str, Any]
+) -> None:
+    """The secret is rotated in Entra ID while jobs wait; the admin updates the connection a bit later."""
+    emulator, ml = jobs
+    emulator.set_capacity("low-pri-cluster", 0)
+    names = [invoke(ml, "in/a", f"job-rotated-{i}") for i in range(2)]
+    rotated = json.loads(azureml_conn["airflow_conn_json"])
+    rotated["password"] = "the-rotated-secret-value"
+
+    def rotate() -> None:
+        emulator.call(lambda: emulator.identity.clients.__setitem__(azureml_conn["client_id"], rotated["password"]))
+        emulator.expire_tokens()
+
+    async def scenario() -> list[dict[str, Any]]:
+        waits = asyncio.gather(*(run_trigger(trigger(n)) for n in names))
+        await asyncio.sleep(0)
+        poller = WorkspacePoller.for_connection(CONN)
+        await asyncio.wait_for(until(lambda: poller.stats.ticks >= 1), HANG_GUARD)
+        await asyncio.to_thread(rotate)
+        await asyncio.wait_for(until(lambda: poller.stats.transient_errors >= 1), HANG_GUARD)
+        os.environ["AIRFLOW_CONN_AZURE_ML_DEFAULT"] = json.dumps(rotated)
+        await asyncio.to_thread(emulator.set_capacity, "low-pri-cluster", None)
+        return await asyncio.wait_for(waits, HANG_GUARD)
+
+    events = asyncio.run(scenario())
+    assert [e["status"] for e in events] == ["terminal", "terminal"], events
+    assert "the-rotated-secret-value" not in json.dumps(events)
+
+
 def test_async_wait_after_all_tokens_expired_uses_a_new_token(jobs: tuple[Emulator, Any]) -> None:
     emulator, ml = jobs
     emulator.set_capacity("low-pri-cluster", 0)  # queued until we let it run
