@@ -366,3 +366,19 @@ def test_sync_wait_returns_the_gauge_evidence(jobs: tuple[Emulator, Any]) -> Non
     assert evidence.compute == "low-pri-cluster" and evidence.low_priority is True
     assert 1 <= evidence.samples <= len(_compute_reads(emulator, before))
     assert evidence.first_while_running is not None and evidence.peak_while_running is not None
+
+
+# ------------------------------------------------ NotResponding and Paused are not terminal
+def test_a_job_that_stops_responding_and_resumes_is_waited_for(jobs: tuple[Emulator, Any]) -> None:
+    emulator, ml = jobs
+    emulator.set_behaviour(stall_seconds=0.5)  # every job, once Running, goes NotResponding, then resumes
+    sync_name = invoke(ml, "in/a", "job-stall-sync")
+    statuses: list[str] = []
+    snapshot = AzureMLHook().wait_for_job(sync_name, PollingPolicy(**FAST), lambda s: statuses.append(s.status))
+    assert "NotResponding" in statuses and snapshot.status == "Completed", statuses
+
+    async_name = invoke(ml, "in/a", "job-stall-async")
+    event = asyncio.run(asyncio.wait_for(run_trigger(trigger(async_name)), HANG_GUARD))
+    job = emulator.job(async_name)
+    assert job is not None and job.stalled
+    assert event["status"] == "terminal" and event["job"]["status"] == "Completed", event
