@@ -34,14 +34,24 @@ def interval_key(start: Any) -> str:
     return start.strftime("%Y%m%dT%H%M")
 
 
+def _marker(prefix: str, interval: str, k: int) -> ObjectStoragePath:
+    """The ETL's ``_SUCCESS`` marker: beside the input folder, never in it (it would be scored as input)."""
+    return storage(f"{prefix}/markers/{interval}/part-{k:03d}._SUCCESS")
+
+
 def write_partitions(prefix: str, interval: str, seed: int, partitions: int, files: int, rows: int) -> list[dict]:
-    """Write the interval's records as partition folders. Idempotent: ``_SUCCESS`` marks a finished one."""
-    from airflow_azureml.emulator.scoring.data import heart_rows
+    """Write the interval's records as partition folders. Idempotent: a marker records a finished one."""
+    from airflow_azureml.example_data import heart_rows
 
     result = []
     for k in range(partitions):
         folder = f"{prefix}/input/{interval}/part-{k:03d}"
-        if not (storage(folder) / "_SUCCESS").exists():
+        legacy = storage(folder) / "_SUCCESS"  # where older versions put it: inside the input
+        if legacy.exists():
+            legacy.unlink()
+            _marker(prefix, interval, k).parent.mkdir(parents=True, exist_ok=True)
+            _marker(prefix, interval, k).write_text(str(files * rows))
+        if not _marker(prefix, interval, k).exists():
             storage(folder).mkdir(parents=True, exist_ok=True)
             for f in range(files):
                 buffer = io.StringIO()
@@ -51,45 +61,118 @@ def write_partitions(prefix: str, interval: str, seed: int, partitions: int, fil
                     heart_rows(rows, seed=seed + 1000 * k + f, id_prefix=f"{interval}-{k:03d}-", start=f * rows)
                 )
                 (storage(folder) / f"records-{f:03d}.csv").write_text(buffer.getvalue())
-            (storage(folder) / "_SUCCESS").write_text(str(files * rows))
+            _marker(prefix, interval, k).parent.mkdir(parents=True, exist_ok=True)
+            _marker(prefix, interval, k).write_text(str(files * rows))
         result.append({"partition": k, "input": folder, "output": f"{prefix}/output/{interval}/part-{k:03d}"})
     return result
 
 
+# ------------------------------------------------------------------ checkpoints: verified partitions only
+def _state_path(p: dict[str, Any]) -> ObjectStoragePath:
+    prefix, _, rest = p["output"].partition("/output/")
+    return storage(f"{prefix}/checkpoints/{rest}.json")
+
+
+def checkpoint(p: dict[str, Any]) -> dict[str, Any]:
+    """``{"attempt": n, "verified": bool, ...}``: a partition is finished only once verified."""
+    path = _state_path(p)
+    return json.loads(path.read_text()) if path.exists() else {"attempt": 0, "verified": False}
+
+
+def _save_checkpoint(p: dict[str, Any], state: dict[str, Any]) -> None:
+    path = _state_path(p)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=2))
+
+
+def attempt_output(p: dict[str, Any], attempt: int) -> str:
+    """Each redo writes to a fresh folder, so a rejected output is never appended to or mixed in."""
+    return p["output"] if attempt == 0 else f"{p['output']}-redo-{attempt}"
+
+
+def attempt_identity(p: dict[str, Any], attempt: int) -> str:
+    """The unit of work of an attempt: a redo is new work, so it gets a new job, not the rejected one."""
+    return p["input"] if attempt == 0 else f"{p['input']}#redo-{attempt}"
+
+
 def pending(partitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The checkpoint: invoke kwargs for the partitions that have no predictions yet."""
+    """The checkpoint: invoke kwargs for every partition that is not verified yet (new, running or rejected)."""
     todo = []
     for p in partitions:
-        if (storage(p["output"]) / "predictions.csv").exists():
-            print(f"partition {p['partition']}: predictions exist, skipping without a job")
+        state = checkpoint(p)
+        if state.get("verified"):
+            print(f"partition {p['partition']}: verified output exists, skipping without a job")
             continue
+        attempt = int(state.get("attempt", 0))
         todo.append(
             {
                 "inputs": {"heart_dataset": datastore_uri(p["input"])},
-                "outputs": {"score": datastore_uri(p["output"])},
-                "job_identity": p["input"],
+                "outputs": {"score": datastore_uri(attempt_output(p, attempt))},
+                "job_identity": attempt_identity(p, attempt),
             }
         )
     return todo
 
 
-def report(prefix: str, interval: str, partitions: list[dict[str, Any]], results: list[dict] | None) -> dict:
-    """Rows in must equal rows scored, each row exactly once, in every partition; writes report.json."""
+def _row_ids(p: dict[str, Any]) -> set[str]:
+    ids: set[str] = set()
+    for path in sorted(storage(p["input"]).glob("*.csv")):
+        ids |= {r["row_id"] for r in csv.DictReader(io.StringIO(path.read_text()))}
+    return ids
+
+
+def _scored(output: str) -> list[str]:
+    path = storage(output) / "predictions.csv"
+    if not path.exists():
+        return []
+    return [line.split(",")[1] for line in path.read_text().splitlines() if line.strip()]
+
+
+def report(
+    prefix: str,
+    interval: str,
+    partitions: list[dict[str, Any]],
+    results: list[dict] | None,
+    planned: list[dict[str, Any]] | None = None,
+) -> dict:
+    """Verify and checkpoint each partition (row ids in = row ids scored, each once); writes report.json.
+
+    A partition becomes finished only here: its job completed in this run *and* its output holds every
+    input row exactly once. With Azure's default ``error_threshold: -1`` a job completes although files
+    failed, so completion alone proves nothing. A completed job whose output is wrong is rejected: the
+    next run redoes the partition as a new unit of work, into a new folder.
+    """
+    results = list(results or [])
+    completed: dict[str, dict[str, Any]] = {}  # job_identity -> this run's completed result
+    for kwargs, result in zip(planned or [], results, strict=False):
+        if result and result.get("status") == "Completed":
+            completed[kwargs["job_identity"]] = result
     rows_in = rows_scored = 0
     problems = []
+    outputs = []
     for p in partitions:
-        inputs: set[str] = set()
-        for path in sorted(storage(p["input"]).glob("*.csv")):
-            inputs |= {r["row_id"] for r in csv.DictReader(io.StringIO(path.read_text()))}
-        scored = [line.split(",")[1] for line in (storage(p["output"]) / "predictions.csv").read_text().splitlines()]
+        state = checkpoint(p)
+        attempt = int(state.get("attempt", 0))
+        output = attempt_output(p, attempt)
+        inputs = _row_ids(p)
+        scored = _scored(output)
         rows_in += len(inputs)
         rows_scored += len(scored)
-        if len(scored) != len(set(scored)) or set(scored) != inputs:
-            problems.append(
-                f"partition {p['partition']}: {len(inputs)} in, {len(scored)} scored "
-                f"({len(scored) - len(set(scored))} duplicated, {len(inputs - set(scored))} missing)"
-            )
-    results = [r for r in (results or []) if r]
+        outputs.append(str(storage(output) / "predictions.csv"))
+        exact = len(scored) == len(set(scored)) and set(scored) == inputs
+        if state.get("verified") and exact:
+            continue
+        result = completed.get(attempt_identity(p, attempt))
+        if result is not None and exact:
+            _save_checkpoint(p, {**state, "verified": True, "jobs": result.get("job_names", [])})
+            continue
+        problems.append(
+            f"partition {p['partition']}: {len(inputs)} in, {len(scored)} scored "
+            f"({len(scored) - len(set(scored))} duplicated, {len(inputs - set(scored))} missing)"
+        )
+        if result is not None or state.get("verified"):  # the job finished, and its output is wrong: redo it
+            _save_checkpoint(p, {"attempt": attempt + 1, "verified": False, "rejected": output})
+    results = [r for r in results if r]
     summary = {
         "interval": interval,
         "partitions": len(partitions),
@@ -99,7 +182,7 @@ def report(prefix: str, interval: str, partitions: list[dict[str, Any]], results
         "preemptions": sum(r["preemptions"] for r in results),
         "rows_in": rows_in,
         "rows_scored": rows_scored,
-        "predictions": [str(storage(p["output"]) / "predictions.csv") for p in partitions],
+        "predictions": outputs,
     }
     folder = storage(f"{prefix}/reports/{interval}")
     folder.mkdir(parents=True, exist_ok=True)

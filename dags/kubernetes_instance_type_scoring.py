@@ -103,14 +103,17 @@ with DAG(
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
         map_index_template="{{ task.job_identity }}",
-    ).expand_kwargs(plan(extracted := extract()))
+    ).expand_kwargs(planned := plan(extracted := extract()))
 
     @task(trigger_rule="none_failed")
     def report(
-        partitions: list[dict[str, Any]], results: list[dict[str, Any]] | None, data_interval_start: pendulum.DateTime
+        partitions: list[dict[str, Any]],
+        planned: list[dict[str, Any]],
+        results: list[dict[str, Any]] | None,
+        data_interval_start: pendulum.DateTime,
     ) -> dict[str, Any]:
         return example_partitions.report(
-            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results
+            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results, planned
         )
 
     gpu_job = AzureMLSubmitCommandJobOperator(
@@ -128,6 +131,6 @@ with DAG(
         polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
     )
 
-    checked = report(extracted, score.output)
+    checked = report(extracted, planned, score.output)
     attach >> apply_types >> deploy >> extracted
     checked >> gpu_job

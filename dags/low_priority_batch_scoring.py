@@ -4,13 +4,21 @@ Steps:
 1. setup: create the low-priority cluster and the batch deployment (idempotent, from the
    az ml CLI YAML in ``dags/azureml/``, as the Azure docs show them);
 2. extract: write the interval's input as K partition folders of CSV files on the datastore;
-3. plan + score: one mapped invoke task per *unfinished* partition. Partitions are the
-   checkpoints: a partition whose predictions already exist is not submitted again, and each
-   job's name derives from (interval, partition), so a retry, a clear or a backfill reattaches
-   to or reuses the job instead of paying for a second one. Whole-cluster preemptions are
-   resubmitted by the operator;
-4. report: check rows in = rows scored, each row exactly once, and summarise;
-5. teardown: delete the cluster, even when scoring fails.
+3. plan + score: one mapped invoke task per *unverified* partition. Partitions are the
+   checkpoints: a partition is finished only once its job completed and the report verified
+   its output, and each job's identity derives from the partition (and its redo number), so a
+   retry, a clear or a backfill reattaches to or reuses the job instead of paying for a second
+   one. Whole-cluster preemptions are resubmitted by the operator;
+4. report: check rows in = rows scored, each row exactly once, and checkpoint the partitions
+   that pass. With Azure's default ``error_threshold: -1`` a job completes even when files
+   failed, so a partition whose output lacks rows is rejected and redone by the next run,
+   as new work into a new folder.
+
+No teardown deletes the cluster: with ``max_active_runs=2`` another run's jobs may be running
+on it, and deleting a compute fails the jobs on it. With ``min_instances: 0`` an idle cluster
+has no nodes and costs nothing (it scales down after ``idle_time_before_scale_down``), so it is
+kept. Delete it yourself (``AzureMLDeleteComputeOperator`` or ``az ml compute delete``) once no
+run uses it.
 
 The same file runs against Azure and against the local emulator; only the ``azure_ml_default``
 connection and ``AZUREML_DATASTORE_ROOT`` (where the workspace's blob datastore is mounted or
@@ -30,7 +38,6 @@ from airflow.sdk import DAG, Param, task
 from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
     AzureMLCreateComputeClusterOperator,
-    AzureMLDeleteComputeOperator,
     AzureMLInvokeBatchEndpointOperator,
 )
 
@@ -83,7 +90,7 @@ with DAG(
 
     @task
     def plan(partitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The checkpoint: only partitions without predictions for this interval are scored."""
+        """The checkpoint: only partitions without verified predictions for this interval are scored."""
         return example_partitions.pending(partitions)
 
     score = AzureMLInvokeBatchEndpointOperator.partial(
@@ -96,23 +103,22 @@ with DAG(
         polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
         max_queue_time="{{ params.max_queue_seconds }}",
         map_index_template="{{ task.job_identity }}",
-    ).expand_kwargs(plan(extracted := extract()))
+    ).expand_kwargs(planned := plan(extracted := extract()))
 
     @task(trigger_rule="none_failed")
     def report(
-        partitions: list[dict[str, Any]], results: list[dict[str, Any]] | None, data_interval_start: pendulum.DateTime
+        partitions: list[dict[str, Any]],
+        planned: list[dict[str, Any]],
+        results: list[dict[str, Any]] | None,
+        data_interval_start: pendulum.DateTime,
     ) -> dict[str, Any]:
-        """Rows in must equal rows scored, each row exactly once, in every partition."""
+        """Rows in must equal rows scored, each row exactly once; verified partitions become checkpoints."""
         # By index: iterating the mapped task's lazy XCom sequence reads one item past its end,
         # which Airflow's API client logs as an error ("XCom not found ... offset=N").
         results = [results[i] for i in range(len(results))] if results is not None else None
         return example_partitions.report(
-            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results
+            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results, planned
         )
 
-    delete_cluster = AzureMLDeleteComputeOperator(task_id="delete_cluster", name=CLUSTER)
-
-    checked = report(extracted, score.output)
+    report(extracted, planned, score.output)
     create_cluster >> create_deployment >> extracted
-    checked >> delete_cluster
-    delete_cluster.as_teardown(setups=create_cluster)

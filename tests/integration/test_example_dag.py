@@ -52,3 +52,122 @@ def test_example_dag_survives_whole_cluster_preemption(example_env: Emulator, fo
     assert str(rerun.state) == "success", task_states(rerun)
     assert len(emulator.jobs()) == 5
     assert read_report(emulator)["partitions_scored_this_run"] == 0
+
+
+SECOND = pendulum.datetime(2026, 11, 29, tz="UTC")
+
+
+def input_folders(emulator: Emulator, interval: pendulum.DateTime) -> list[Path]:
+    return sorted(emulator.datastore_path(f"scoring/input/{interval.strftime('%Y%m%dT%H%M')}").glob("part-*"))
+
+
+def test_etl_marker_is_not_sent_as_input(example_env: Emulator) -> None:
+    run = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL)
+    assert str(run.state) == "success", task_states(run)
+    folders = input_folders(example_env, INTERVAL)
+    assert len(folders) == 4
+    for folder in folders:
+        assert sorted(p.name for p in folder.iterdir()) == [f"records-{f:03d}.csv" for f in range(6)]
+    for job in example_env.jobs():  # 6 files in mini-batches of 2: 3 mini-batches, not 4
+        assert job.mini_batches_total == 3, job.name
+
+
+def test_no_task_deletes_the_shared_cluster(example_env: Emulator) -> None:
+    dag = load_dag("low_priority_batch_scoring.py")
+    assert dag.max_active_runs == 2
+    deleting = [t.task_id for t in dag.tasks if "Delete" in type(t).__name__]
+    assert deleting == [], "another run's jobs may be running on the cluster"
+
+
+def test_two_overlapping_runs_both_succeed(example_env: Emulator) -> None:
+    """Run A and run B of the DAG at the same time (max_active_runs=2, one cluster): both succeed.
+
+    ``dag.test()`` must run in a main thread, so run B runs in a second process against the same
+    metadata DB and emulator while run A runs here.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import DAGS_FOLDER
+
+    emulator = example_env
+    script = (
+        "import importlib.util, sys, pendulum\n"
+        f"sys.path.insert(0, {str(DAGS_FOLDER)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('b', {str(DAGS_FOLDER / 'low_priority_batch_scoring.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        f"run = module.dag.test(logical_date=pendulum.parse({SECOND.isoformat()!r}))\n"
+        "print('STATE', run.state)\n"
+    )
+    # a fresh process, as a second worker would be: not the cloud this process registered with the SDK
+    env = {k: v for k, v in os.environ.items() if k != "AZUREML_CURRENT_CLOUD"}
+    started: list[subprocess.Popen[str]] = []
+
+    def start_run_b(_emulator: Emulator, _job: str) -> None:  # once run A's first job runs on the cluster
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+
+    try:
+        with when_running(emulator, start_run_b):
+            run_a = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL)
+        assert started, "run B never started"
+        out, _ = started[0].communicate(timeout=600)
+    finally:
+        for process in started:
+            process.kill()
+    assert str(run_a.state) == "success", task_states(run_a)
+    assert "STATE DagRunState.SUCCESS" in out or "STATE success" in out, out[-3000:]
+    for interval in (INTERVAL, SECOND):
+        report = json.loads(
+            emulator.datastore_path(f"scoring/reports/{interval.strftime('%Y%m%dT%H%M')}/report.json").read_text()
+        )
+        assert report["rows_in"] == report["rows_scored"] == 4 * 6 * 25
+    assert emulator.call(lambda: "low-pri-cluster" in emulator.workspace.computes)
+    assert not [r for r in emulator.requests() if r["method"] == "DELETE" and "/computes/" in r["path"]]
+    assert all(j.status == "Completed" for j in emulator.jobs())
+    assert len(emulator.jobs()) == 8  # 4 partitions per run, none twice
+
+
+def test_a_completed_job_with_rows_missing_is_not_a_finished_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With error_threshold -1 a job completes although files failed: the partition is redone, as new work."""
+    import example_partitions as ep
+
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
+    parts = ep.write_partitions("scoring", "20261128T0000", 1, partitions=1, files=2, rows=3)
+    (planned,) = ep.pending(parts)
+    ids = [f"20261128T0000-000-{i:07d}" for i in range(6)]
+    out = tmp_path / "scoring/output/20261128T0000/part-000"
+    out.mkdir(parents=True)
+    (out / "predictions.csv").write_text("".join(f"records-000.csv,{i},0.5,1\n" for i in ids[:3]))  # file 2 failed
+    done = {"status": "Completed", "job_names": ["job-1"], "resubmits": 0, "preemptions": 0}
+    with pytest.raises(ValueError, match="3 missing"):
+        ep.report("scoring", "20261128T0000", parts, [done], [planned])
+    (redo,) = ep.pending(parts)  # not skipped: redone as a new unit of work, into a fresh folder
+    assert redo["job_identity"] != planned["job_identity"]
+    assert redo["outputs"]["score"] != planned["outputs"]["score"]
+
+    fresh = tmp_path / "scoring/output/20261128T0000/part-000-redo-1"
+    fresh.mkdir(parents=True)
+    (fresh / "predictions.csv").write_text("".join(f"records-00{n // 3}.csv,{i},0.5,1\n" for n, i in enumerate(ids)))
+    summary = ep.report("scoring", "20261128T0000", parts, [done], [redo])
+    assert summary["rows_in"] == summary["rows_scored"] == 6
+    assert ep.pending(parts) == []  # verified: finished now
+
+
+def test_predictions_without_a_completed_job_are_not_a_finished_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import example_partitions as ep
+
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
+    parts = ep.write_partitions("scoring", "20261128T0000", 1, partitions=1, files=1, rows=2)
+    out = tmp_path / "scoring/output/20261128T0000/part-000"
+    out.mkdir(parents=True)
+    (out / "predictions.csv").write_text("records-000.csv,20261128T0000-000-0000000,0.5,1\n")
+    assert len(ep.pending(parts)) == 1  # a predictions.csv alone is not a checkpoint

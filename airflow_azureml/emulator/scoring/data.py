@@ -1,50 +1,10 @@
-"""Generator of heart-disease style CSV files for the demo model."""
+"""Moved to ``airflow_azureml.example_data`` (the example DAGs must not depend on the emulator).
+
+Kept so that existing imports of the test data generator keep working.
+"""
 
 from __future__ import annotations
 
-import csv
-import random
-from pathlib import Path
+from airflow_azureml.example_data import COLUMNS, heart_rows, write_heart_csvs
 
-from airflow_azureml.emulator.scoring.heart import COLUMNS
-
-
-def heart_rows(count: int, *, seed: int = 0, id_prefix: str = "", start: int = 0) -> list[list[object]]:
-    """``count`` rows of heart-disease features with unique ids ``id_prefix + counter``."""
-    rng = random.Random(seed)
-    return [
-        [
-            f"{id_prefix}{start + i:07d}",
-            rng.randint(29, 77),
-            rng.randint(0, 1),
-            rng.randint(0, 3),
-            rng.randint(94, 200),
-            rng.randint(126, 564),
-            rng.randint(0, 1),
-            rng.randint(0, 2),
-            rng.randint(71, 202),
-            rng.randint(0, 1),
-            round(rng.uniform(0, 6.2), 1),
-        ]
-        for i in range(count)
-    ]
-
-
-def write_heart_csvs(folder: Path, *, files: int, rows_per_file: int, seed: int = 0, id_prefix: str = "") -> int:
-    """Write ``files`` CSV files of ``rows_per_file`` rows each; returns the number of rows written.
-
-    Every row has a unique ``row_id`` (``id_prefix`` + counter) so that scored output can be
-    checked for rows lost or duplicated.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    written = 0
-    for index in range(files):
-        target = folder / f"part-{index:04d}.csv"
-        tmp = target.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(COLUMNS)
-            writer.writerows(heart_rows(rows_per_file, seed=seed * 100_003 + index, id_prefix=id_prefix, start=written))
-        written += rows_per_file
-        tmp.replace(target)
-    return written
+__all__ = ["COLUMNS", "heart_rows", "write_heart_csvs"]
