@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from airflow_azureml.exceptions import AzureMLConfigError
-from airflow_azureml.hooks.azure_ml import AzureMLHook, credential_kwargs, parse_connection
+from airflow_azureml.hooks.azure_ml import AzureMLHook
+from airflow_azureml.hooks.connection import credential_kwargs, parse_connection
 from airflow_azureml.redaction import scrub
 
 BASE = {"subscription_id": "sub", "resource_group": "rg", "workspace_name": "ws"}
@@ -116,3 +117,72 @@ def test_emulator_connection_json_is_a_valid_airflow_connection() -> None:
     info = {"conn_type": "azure_ml", "login": "id", "password": "pw", "extra": {**BASE, "tenant_id": "t"}}
     c = Connection.from_json(json.dumps(info), conn_id="x")
     assert parse_connection(c).client_secret == "pw"
+
+
+def test_the_hook_modules_import_in_one_direction() -> None:
+    """connection.py is beneath hooks.azure_ml and hooks.rest; rest never imports the hook module."""
+    import ast
+    from pathlib import Path
+
+    import airflow_azureml.hooks.azure_ml as hook_module
+    import airflow_azureml.hooks.connection as connection
+
+    def imported(module: object) -> set[str]:
+        tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
+        return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+
+    import airflow_azureml.hooks.rest as rest
+
+    assert "airflow_azureml.hooks.azure_ml" not in imported(rest)
+    assert not {"airflow_azureml.hooks.azure_ml", "airflow_azureml.hooks.rest"} & imported(connection)
+    assert hook_module.parse_connection is connection.parse_connection  # still importable from the hook
+    assert hook_module.AzureMLConnectionSettings is connection.AzureMLConnectionSettings
+
+
+class FakeCredential:
+    """The azure-identity surface at the edge: a cache that keeps serving its token until it expires."""
+
+    def __init__(self, name: str, fail: bool = False) -> None:
+        self.name = name
+        self.fail = fail
+        self.calls: list[str | None] = []
+
+    def get_token(self, *scopes: str, claims: str | None = None) -> Any:
+        from azure.core.credentials import AccessToken
+
+        if self.fail:
+            raise RuntimeError("AADSTS7000215: Invalid client secret provided.")
+        self.calls.append(claims)
+        import time
+
+        # the cache: without claims, the same token until it expires
+        suffix = f"-{len(self.calls)}" if claims else ""
+        return AccessToken(f"{self.name}{suffix}", int(time.time()) + 3600)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_renewal_never_gets_the_refused_token_back() -> None:
+    from airflow_azureml.hooks.rest import RestClient, TokenUnavailable
+
+    built: list[FakeCredential] = []
+
+    def factory() -> FakeCredential:
+        built.append(FakeCredential(f"rebuilt{len(built)}"))
+        return built[-1]
+
+    client = RestClient(parse_connection(conn(BASE)), FakeCredential("first"), factory)  # type: ignore[arg-type]
+    first = client._auth()
+    assert client._auth() == first  # cached
+    challenged = client._auth(renew=True, claims='{"access_token":{"nbf":{"essential":true}}}')
+    assert challenged != first and not built  # the claims challenge is answered by the same credential
+    renewed = client._auth(renew=True)
+    assert renewed not in (first, challenged) and len(built) == 1  # no claims: a credential rebuilt from the connection
+    built.append(FakeCredential("broken", fail=True))
+    client._credential = built[-1]
+    client._token = None
+    with pytest.raises(TokenUnavailable) as excinfo:  # transient, and the secret's error text is scrubbed of tokens
+        client._auth()
+    assert "Invalid client secret" in str(excinfo.value)
+    assert client._auth() == "rebuilt2"  # after a token failure, the next token comes from a new credential
