@@ -2,9 +2,10 @@
 
 - ``AzureMLConfigError``: bad input or configuration, raised before any API call. Fails without retry.
 - ``AzureMLJobFailedError``: the job's own code failed. Retrying resubmits the same bug.
-- ``AzureMLJobPreemptedError``: low-priority capacity was lost more times than allowed.
-  Safe to retry later, or on dedicated compute.
-- ``AzureMLJobCanceledError``: a person (or Airflow) cancelled the job. Never resubmitted.
+- ``AzureMLJobPreemptedError``: low-priority capacity was lost more times than this run of the
+  task allows (``max_resubmits``; automatic retries share the budget, a clear starts a fresh one).
+- ``AzureMLJobCanceledError``: a person cancelled the job. Fails without retry: a person's decision
+  is final; clearing the task is the request to run the work again.
 - ``AzureMLJobQueueTimeoutError``: the job waited for capacity longer than ``max_queue_time``.
 """
 
@@ -44,8 +45,11 @@ class AzureMLJobPreemptedError(AzureMLJobError):
     """The job was preempted and the resubmission budget is spent."""
 
 
-class AzureMLJobCanceledError(AzureMLJobError):
-    """The job was cancelled by a person or by Airflow; it is never resubmitted."""
+class AzureMLJobCanceledError(AirflowFailException, AzureMLJobError):
+    """A person cancelled the job. An ``AirflowFailException``: retries would override them.
+
+    Clearing the task runs the work again as a new job of the same chain.
+    """
 
 
 class AzureMLJobQueueTimeoutError(AzureMLJobError):

@@ -8,7 +8,9 @@ suffix (``-r1``, ``-r2``...), so the whole chain of a unit of work is discoverab
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from typing import Any
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 
@@ -23,6 +25,12 @@ def work_key(*parts: object) -> str:
     return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:12]
 
 
+def unit_key(dag_id: str, task_id: str, work: Any) -> str:
+    """The unit-of-work key of ``work`` (what the job does: endpoint, deployment, rendered inputs and
+    outputs...), independent of run id and map index, so that the same work always has the same key."""
+    return work_key(dag_id, task_id, json.dumps(work, sort_keys=True, default=str, separators=(",", ":")))
+
+
 def job_name(dag_id: str, task_id: str, key: str, resubmission: int) -> str:
     """``<dag>-<task>-<key>-r<n>``: readable in Studio, unique per unit of work and resubmission."""
     return f"{slug(dag_id, 40)}-{slug(task_id, 40)}-{key}-r{resubmission}"
@@ -32,9 +40,17 @@ def experiment_name(dag_id: str) -> str:
     return slug(dag_id, 200)
 
 
-# Every job the provider submits carries this tag, whose value is the job's unit-of-work key
-# (``work_key``). Waits narrow the workspace job LIST with ``tag=UNIT_TAG``; a try searches it
-# before submitting, because Azure may ignore the requested job name (azure-sdk-for-python#32763).
+# Every job the provider submits carries this key, whose value is the job's unit-of-work key
+# (``work_key``), as a job *property* (immutable in Azure; the jobs LIST filters on
+# ``properties=key=value``) and, where the submit API accepts tags (command jobs; the SDK's batch
+# invoke does not), also as a tag. Waits narrow the workspace job LIST with it; a try searches
+# it before submitting, because Azure may ignore the requested job name
+# (azure-sdk-for-python#32763), so a name alone cannot find the job.
 UNIT_TAG = "airflow_azureml.unit"
-# The resubmission number of the job within its unit's chain (tag value: "0", "1", ...).
+# The resubmission number of the job within its unit's chain (value: "0", "1", ...), same places.
 RESUBMISSION_TAG = "airflow_azureml.resubmission"
+
+
+def job_markers(key: str, resubmission: int) -> dict[str, str]:
+    """The properties (and tags) that let a later try find this job whatever name Azure gave it."""
+    return {UNIT_TAG: key, RESUBMISSION_TAG: str(resubmission)}

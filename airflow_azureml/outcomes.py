@@ -1,26 +1,36 @@
-"""The one place that decides what a finished Azure ML job means.
+"""The one place that decides what a finished Azure ML job means, on evidence only.
 
-Azure reports a lost low-priority cluster in two forms (see the source documents and the
-field reports in Azure/MachineLearningNotebooks#1242, microsoft/MLOpsPython#346):
-- ``Canceled`` with a lost-capacity message, when the whole cluster was preempted;
+Azure reports a lost low-priority cluster in two forms (the source documents, and the field
+reports in Azure/MachineLearningNotebooks#1242, microsoft/MLOpsPython#346):
+- ``Canceled`` for lack of capacity, when the whole (or a single-node) cluster was preempted;
 - ``Failed`` with ``PreemptionError: Nodes of this job got pre-empted``.
-Both are preemptions and may be resubmitted; a user's cancel and a code failure may not.
+Both are preemptions and may be resubmitted; a person's cancel and a code failure may not.
+
+Evidence counts only when it is what Azure says: those two messages, or the cluster's
+``preemptedNodeCount`` gauge rising *while the job ran* (``GaugeEvidence``). A word such as
+"preempt", "evict" or "low priority" in a user error or a warning is not evidence, and Azure
+sends nothing that tells a person's cancel from a platform cancel. When in doubt, it is not a
+preemption: resubmitting what a person cancelled would override them and pay twice.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 QUEUED_STATES = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued"})
-TERMINAL_STATES = frozenset({"Completed", "Failed", "Canceled", "NotResponding", "Paused"})
+# NotResponding and Paused are not terminal: the job may resume and still write its output,
+# so nothing may start a second job while it is in either state.
+TERMINAL_STATES = frozenset({"Completed", "Failed", "Canceled"})
 
-_PREEMPTION_ERROR = re.compile(r"preemption\s*error|pre-?empted|pre-?emption warning", re.IGNORECASE)
-_CAPACITY_LOST = re.compile(
-    r"pre-?empt|lost (all )?(its )?(nodes|capacity)|not enough capacity|lack of capacity|low[- ]priority|evict",
-    re.IGNORECASE,
+# Azure's own wording (field reports above), as the job's error, never in a warning.
+_PREEMPTION_ERROR = re.compile(r"\bPreemptionError: Nodes of this job got pre-?empted\b")
+# The documented lost-capacity cancel: one message that says the job was cancelled *because*
+# the cluster lost its nodes / capacity. "low priority" or "preempt" alone does not match.
+_CAPACITY_CANCEL = re.compile(
+    r"\bcancel+ed\b[^.]*?\b(?:lost all (?:of )?its nodes|lack of capacity|not enough capacity)\b", re.IGNORECASE
 )
 
 
@@ -30,6 +40,7 @@ class Outcome(str, enum.Enum):
     FAILED = "failed"
     PREEMPTED = "preempted"
     USER_CANCELED = "user_canceled"
+    AIRFLOW_CANCELED = "airflow_canceled"  # Airflow's on_kill cancelled it (recorded before the cancel)
 
 
 @dataclass(frozen=True)
@@ -41,9 +52,9 @@ class JobSnapshot:
     compute: str | None = None
     error_message: str | None = None
     warnings: tuple[str, ...] = ()
-    cancel_requested: bool = False
     output_uri: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, str] = field(default_factory=dict)  # the job's (immutable) user properties
 
     @property
     def terminal(self) -> bool:
@@ -60,9 +71,9 @@ class JobSnapshot:
             "compute": self.compute,
             "error_message": self.error_message,
             "warnings": list(self.warnings),
-            "cancel_requested": self.cancel_requested,
             "output_uri": self.output_uri,
             "tags": dict(self.tags),
+            "properties": dict(self.properties),
         }
 
     @classmethod
@@ -73,9 +84,9 @@ class JobSnapshot:
             compute=data.get("compute"),
             error_message=data.get("error_message"),
             warnings=tuple(data.get("warnings") or ()),
-            cancel_requested=bool(data.get("cancel_requested")),
             output_uri=data.get("output_uri"),
             tags=dict(data.get("tags") or {}),
+            properties=dict(data.get("properties") or {}),
         )
 
     @classmethod
@@ -87,23 +98,26 @@ class JobSnapshot:
         details = run_details or {}
         error = ((details.get("error") or {}).get("error") or {}).get("message")
         warnings = tuple(w.get("message", "") for w in details.get("warnings") or () if w.get("message"))
-        cancel_requested = str((details.get("properties") or {}).get("azureml.cancelRequested", "")).lower() == "true"
         return cls(
             name=arm_job.get("name", ""),
             status=props.get("status") or "Unknown",
             compute=compute_id.rstrip("/").rsplit("/", 1)[-1] or None,
             error_message=error,
             warnings=warnings,
-            cancel_requested=cancel_requested,
             output_uri=run_props.get("azureml.batch.outputUri")
             or ((props.get("outputs") or {}).get("score") or {}).get("uri"),
             tags=dict(props.get("tags") or {}),
+            properties={str(k): str(v) for k, v in run_props.items() if v is not None},
         )
 
 
 @dataclass(frozen=True)
 class ComputeFacts:
-    """The cluster facts classification needs: is it low priority, and did it lose nodes."""
+    """One read of a cluster: is it low priority, and how many nodes are preempted *right now*.
+
+    A single read is not evidence about a job; the waits turn reads taken while a job ran into
+    ``GaugeEvidence``.
+    """
 
     low_priority: bool
     preempted_node_count: int
@@ -135,12 +149,31 @@ class GaugeEvidence:
     samples: int = 0  # compute reads taken while the job was Running
     first_while_running: int | None = None
     peak_while_running: int | None = None
+    # One read taken as soon as the wait saw the job end Canceled. With a sample taken while the job
+    # ran, it bounds the run: Azure cancels a job whose cluster lost its nodes at once, and the nodes
+    # stay counted as preempted until they are deallocated.
+    at_end: int | None = None
 
     def observe(self, compute: str, low_priority: bool, preempted: int) -> GaugeEvidence:
         """A new sample taken while the job was Running."""
         first = preempted if self.first_while_running is None else self.first_while_running
         peak = preempted if self.peak_while_running is None else max(self.peak_while_running, preempted)
-        return GaugeEvidence(compute, low_priority, self.samples + 1, first, peak)
+        return GaugeEvidence(compute, low_priority, self.samples + 1, first, peak, self.at_end)
+
+    def ended(self, preempted: int | None) -> GaugeEvidence:
+        """The read taken when the job was first seen ended (None: the read failed)."""
+        return replace(self, at_end=preempted)
+
+    @property
+    def rose_by_end(self) -> bool:
+        """The gauge was higher right after the job ended than while it ran."""
+        return (
+            self.samples >= 1
+            and None not in (self.first_while_running, self.at_end)
+            and (
+                self.at_end > self.first_while_running  # type: ignore[operator]
+            )
+        )
 
     @property
     def rose_while_running(self) -> bool:
@@ -158,6 +191,7 @@ class GaugeEvidence:
             "samples": self.samples,
             "first_while_running": self.first_while_running,
             "peak_while_running": self.peak_while_running,
+            "at_end": self.at_end,
         }
 
     @classmethod
@@ -169,51 +203,85 @@ class GaugeEvidence:
             samples=int(data.get("samples") or 0),
             first_while_running=data.get("first_while_running"),
             peak_while_running=data.get("peak_while_running"),
+            at_end=data.get("at_end"),
         )
 
 
 @dataclass(frozen=True)
 class Classification:
+    """A verdict and the evidence it rests on (logged, and returned in XCom)."""
+
     outcome: Outcome
     reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outcome": self.outcome.value, "reason": self.reason, "evidence": dict(self.evidence)}
+
+
+def _gauge_says(gauge: GaugeEvidence | None) -> str:
+    if gauge is None or gauge.samples == 0:
+        return "the cluster's preemptedNodeCount was not sampled while the job ran"
+    if gauge.samples < 2 and gauge.at_end is None:
+        return "the cluster's preemptedNodeCount was sampled only once while the job ran, and not at its end"
+    if not gauge.low_priority:
+        return f"compute {gauge.compute} is not low priority"
+    return (
+        f"the cluster's preemptedNodeCount did not rise while the job ran "
+        f"({gauge.first_while_running} -> peak {gauge.peak_while_running}, {gauge.samples} samples, "
+        f"{gauge.at_end if gauge.at_end is not None else 'not read'} at its end)"
+    )
 
 
 def classify(
     job: JobSnapshot,
     *,
-    compute: ComputeFacts | None = None,
-    preempted_baseline: int | None = None,
+    gauge: GaugeEvidence | None = None,
     canceled_by_airflow: bool = False,
+    compute: ComputeFacts | None = None,
 ) -> Classification:
-    """Decide what a job's state means.
+    """Decide what a job's state means, from what Azure said and the gauge sampled while it ran.
 
-    ``preempted_baseline`` is the cluster's ``preemptedNodeCount`` when the job was submitted;
-    a rise since then is evidence that this job's nodes were taken back.
+    ``compute`` (one read, usually after the job ended) is accepted for callers' convenience but is
+    never evidence: the gauge may be up because of another job, and a missing baseline is not zero.
     """
+    del compute  # deliberately unused, see above
     status = job.status
+    evidence: dict[str, Any] = {"status": status, "gauge": gauge.to_dict() if gauge is not None else None}
     if status not in TERMINAL_STATES:
-        return Classification(Outcome.RUNNING, f"job is {status}")
+        return Classification(Outcome.RUNNING, f"job is {status}", evidence)
     if status == "Completed":
-        return Classification(Outcome.SUCCEEDED, "job completed")
+        return Classification(Outcome.SUCCEEDED, "job completed", evidence)
     message = job.error_message or ""
     if status == "Failed":
         if _PREEMPTION_ERROR.search(message):
-            return Classification(Outcome.PREEMPTED, f"failed with a preemption error: {message}")
-        return Classification(Outcome.FAILED, message or "job failed without an error message")
-    if status == "Canceled":
-        if canceled_by_airflow:
-            return Classification(Outcome.USER_CANCELED, "canceled by Airflow")
-        capacity_message = next((w for w in job.warnings if _CAPACITY_LOST.search(w)), None)
-        nodes_lost = (
-            compute is not None and compute.low_priority and compute.preempted_node_count > (preempted_baseline or 0)
+            evidence["preemption_error"] = message
+            return Classification(Outcome.PREEMPTED, f"failed with Azure's preemption error: {message}", evidence)
+        return Classification(Outcome.FAILED, message or "job failed without an error message", evidence)
+    # Canceled
+    if canceled_by_airflow:
+        evidence["canceled_by_airflow"] = True
+        return Classification(Outcome.AIRFLOW_CANCELED, "canceled by Airflow (task killed or cleared)", evidence)
+    capacity = next((m for m in (*job.warnings, message) if m and _CAPACITY_CANCEL.search(m)), None)
+    rose = gauge is not None and bool(gauge.low_priority) and (gauge.rose_while_running or gauge.rose_by_end)
+    evidence["capacity_message"] = capacity
+    evidence["gauge_rose_while_running"] = rose
+    if capacity:
+        return Classification(Outcome.PREEMPTED, f"canceled by Azure for lost capacity: {capacity}", evidence)
+    if rose:
+        assert gauge is not None
+        top = max(gauge.peak_while_running or 0, gauge.at_end or 0)
+        return Classification(
+            Outcome.PREEMPTED,
+            f"canceled as low-priority cluster {gauge.compute} lost nodes "
+            f"(preemptedNodeCount {gauge.first_while_running} while the job ran -> {top} by its end)",
+            evidence,
         )
-        if capacity_message or (nodes_lost and not job.cancel_requested):
-            why = capacity_message or (
-                f"cluster preempted {compute.preempted_node_count - (preempted_baseline or 0)} node(s)"  # type: ignore[union-attr]
-            )
-            return Classification(Outcome.PREEMPTED, f"canceled by the platform: {why}")
-        return Classification(Outcome.USER_CANCELED, "canceled by a user")
-    return Classification(Outcome.FAILED, f"job ended in state {status}: {message or 'no message'}")
+    return Classification(
+        Outcome.USER_CANCELED,
+        f"canceled, and not by Airflow: no lost-capacity message, and {_gauge_says(gauge)}; taken as a person's cancel",
+        evidence,
+    )
 
 
 def exception_for(job: JobSnapshot, verdict: Classification) -> Exception:
@@ -224,9 +292,12 @@ def exception_for(job: JobSnapshot, verdict: Classification) -> Exception:
         AzureMLJobPreemptedError,
     )
 
-    if verdict.outcome is Outcome.USER_CANCELED:
+    if verdict.outcome in (Outcome.USER_CANCELED, Outcome.AIRFLOW_CANCELED):
         return AzureMLJobCanceledError(
-            f"Job {job.name} was {verdict.reason}; not resubmitting.", job_name=job.name, status=job.status
+            f"Job {job.name} was {verdict.reason}. Not resubmitting: a person's cancel is final. "
+            "To run the work again, clear the task.",
+            job_name=job.name,
+            status=job.status,
         )
     if verdict.outcome is Outcome.PREEMPTED:
         return AzureMLJobPreemptedError(

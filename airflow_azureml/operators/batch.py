@@ -257,14 +257,15 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
 class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     """Invoke a batch endpoint for one unit of work and wait for the job; resubmit preempted jobs.
 
-    Exactly once and preemption handling come from ``AzureMLJobOperatorBase``. Outcomes
-    (``airflow_azureml.outcomes.classify``):
-    - Completed: returns job names, output URI, resubmission and preemption counts.
+    Exactly once and preemption handling come from ``AzureMLJobOperatorBase``; the unit of work is
+    the endpoint, deployment, rendered inputs and outputs unless ``job_identity`` is given.
+    Outcomes (``airflow_azureml.outcomes.classify``, on evidence only):
+    - Completed: returns job names, output URI, resubmission and preemption counts, the verdict.
     - Preempted (Canceled for lost capacity, or Failed with PreemptionError): resubmitted with
-      back-off up to ``max_resubmits`` times, on ``fallback_compute`` after ``fallback_after``
-      preemptions; then ``AzureMLJobPreemptedError``.
+      back-off up to ``max_resubmits`` times per run of the task, on ``fallback_compute`` after
+      ``fallback_after`` preemptions; then ``AzureMLJobPreemptedError``.
     - Failed: ``AzureMLJobFailedError`` with the service's message.
-    - Canceled by a person or Airflow: ``AzureMLJobCanceledError``; never resubmitted.
+    - Canceled by a person: ``AzureMLJobCanceledError``, no retries; clearing the task runs it again.
     """
 
     template_fields: Sequence[str] = (
@@ -317,8 +318,8 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             if getattr(self, label) is not None:
                 check_positive_int(label, getattr(self, label))
 
-    def submit_job(self, context: Any, name: str, compute: str | None) -> None:
-        self.hook.invoke_batch_endpoint(
+    def submit_job(self, context: Any, name: str, compute: str | None, markers: dict[str, str]) -> str | None:
+        return self.hook.invoke_batch_endpoint(
             endpoint_name=self.endpoint_name,
             deployment_name=self.deployment_name,
             inputs=self.inputs,
@@ -329,15 +330,14 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             instance_count=self.instance_count,
             output_file_name=self.output_file_name,
             compute=compute,
+            properties=markers,
         )
 
-    def default_compute(self) -> str | None:
-        try:
-            ml = self.hook.get_conn()
-            name = self.deployment_name
-            if not name:
-                name = ml.batch_endpoints.get(self.endpoint_name).defaults.deployment_name
-            return short_name(ml.batch_deployments.get(name=name, endpoint_name=self.endpoint_name).compute)
-        except Exception as exc:  # only used as evidence for classification
-            self.log.debug("Could not read the deployment's compute: %s", scrub(str(exc)))
-            return None
+    def work_identity(self) -> dict[str, Any]:
+        """The work itself: what is scored, by which deployment, and where the output goes."""
+        return {
+            "endpoint": self.endpoint_name,
+            "deployment": self.deployment_name,
+            "inputs": self.inputs,
+            "outputs": self.outputs or {},
+        }

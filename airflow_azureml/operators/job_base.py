@@ -1,13 +1,14 @@
-"""What every job-submitting operator shares: exactly-once names, waiting, deferral, resubmission.
+"""What every job-submitting operator shares: exactly once, waiting, deferral, cancels, resubmission.
 
-Subclasses say how to submit one job (``submit_job``) and which compute it normally runs on
-(``default_compute``); everything else lives here, once.
+Subclasses say what the work is (``work_identity``) and how to submit one job (``submit_job``);
+everything else lives here, once.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import conf
@@ -21,25 +22,42 @@ from airflow_azureml.exceptions import (
 )
 from airflow_azureml.links.studio import AzureMLStudioJobLink
 from airflow_azureml.operators.base import AzureMLBaseOperator
-from airflow_azureml.outcomes import Classification, JobSnapshot, Outcome, classify, exception_for
+from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, Outcome, classify, exception_for
 from airflow_azureml.specs import check_compute_name, check_seconds, short_name
 from airflow_azureml.triggers.job import AzureMLJobTrigger
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
-# task_state_store key: the newest job of this task instance, preemptions so far, and the cluster's
-# preempted-node count when it was submitted. Renaming it breaks in-flight retries.
+MAX_BACKOFF = 600.0
+# task_state_store key (one row per DAG run, task and map index; retries and clears share it).
+# Renaming it breaks in-flight retries.
 STATE_KEY = "azureml_job"
+VERDICT_XCOM_KEY = "azureml_verdict"
 
 
 @dataclass
 class ResubmissionState:
-    """Where one unit of work stands: its job chain, preemptions so far, and the job being watched."""
+    """Where one unit of work stands for this run of the task.
+
+    ``airflow_canceled`` holds the jobs whose cancel is Airflow's, recorded by ``on_kill`` (or the
+    queue-time limit) *before* the cancel was sent: Azure sends nothing that tells such a cancel
+    from a person's. ``before_clear`` holds the jobs submitted before the task was last cleared:
+    the clear's own cancel (a deferred task's trigger ``on_kill``) ends them, and in any case the
+    clear is the request to run the work again, so their cancel is never final.
+    """
 
     key: str
-    job_names: list[str] = field(default_factory=list)
-    preemptions: int = 0
-    preempted_baseline: int | None = None
-    canceled_by_airflow: bool = False
+    job_names: list[str] = field(default_factory=list)  # the chain, oldest first, as Azure named the jobs
+    next_resubmission: int = 0
+    preemptions: int = 0  # counted against this run of the task's budget
+    counted: list[str] = field(default_factory=list)  # preempted jobs already counted (a retry counts none twice)
+    airflow_canceled: list[str] = field(default_factory=list)
+    reported_cancels: list[str] = field(default_factory=list)  # a person's cancels a try already failed on
+    before_clear: list[str] = field(default_factory=list)
+    known: list[str] = field(default_factory=list)  # jobs this run of the task had seen before this try
+    backoff_done: str | None = None  # preempted job whose back-off was already spent in the triggerer
+    max_tries: int | None = None
+    cleared: bool = False
+    submitted_here: list[str] = field(default_factory=list)
 
     @property
     def current(self) -> str | None:
@@ -49,13 +67,30 @@ class ResubmissionState:
     def resubmits(self) -> int:
         return max(0, len(self.job_names) - 1)
 
+    def to_store(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "job": self.current,
+            "jobs": list(self.job_names),
+            "preemptions": self.preemptions,
+            "counted": list(self.counted),
+            "airflow_canceled": list(self.airflow_canceled),
+            "reported_cancels": list(self.reported_cancels),
+            "before_clear": list(self.before_clear),
+            "backoff_done": self.backoff_done,
+            "max_tries": self.max_tries,
+        }
+
 
 class AzureMLJobOperatorBase(AzureMLBaseOperator):
     """Submit one job per unit of work, wait for it (polling or deferred), resubmit preemptions.
 
-    Exactly once: the job name is ``<dag>-<task>-<hash>-r<n>``, the hash covering ``job_identity``
-    (default: run id and map index). Before submitting, the chain ``-r0, -r1, ...`` is looked up,
-    so a retry attaches to a running job, returns a completed one, and never pays twice.
+    Exactly once: the unit of work is identified by the work itself (``work_identity``: for a batch
+    invoke the endpoint, deployment, rendered inputs and outputs), or by ``job_identity`` when given.
+    Every job carries the unit key and its resubmission number as job properties (and tags where
+    the API allows), so a later try finds the unit's jobs with one filtered LIST before it submits
+    anything, whatever name Azure gave them. The requested names ``<dag>-<task>-<key>-r<n>`` are
+    also looked up, so jobs are found even when the LIST lags.
     """
 
     operator_extra_links = (AzureMLStudioJobLink(),)
@@ -83,15 +118,20 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.experiment_name = experiment_name
         self.deferrable = deferrable
         self._state: ResubmissionState | None = None
+        self._context: Any = None
 
     # ------------------------------------------------------- subclass contract
-    def submit_job(self, context: Any, name: str, compute: str | None) -> None:
-        """Submit one job named ``name``; ``compute`` overrides the default target (fallback)."""
+    def submit_job(self, context: Any, name: str, compute: str | None, markers: dict[str, str]) -> str | None:
+        """Submit one job, requesting ``name``; ``compute`` overrides the default target (fallback).
+
+        ``markers`` must be set as job properties (and tags where possible). Returns the name the
+        service gave the job (Azure may ignore the requested one).
+        """
         raise NotImplementedError
 
-    def default_compute(self) -> str | None:
-        """The compute the job runs on when not falling back; used as preemption evidence."""
-        return None
+    def work_identity(self) -> dict[str, Any]:
+        """What the job does, rendered: the default identity of the unit of work."""
+        raise NotImplementedError
 
     def validate(self) -> None:
         """Check the input without Azure; subclasses extend. Runs before any API call."""
@@ -107,7 +147,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                     "fallback_compute needs fallback_after >= 1 (preemptions before falling back)."
                 )
 
-    def result(self, state: ResubmissionState, snapshot: JobSnapshot) -> dict[str, Any]:
+    def result(self, state: ResubmissionState, snapshot: JobSnapshot, verdict: Classification) -> dict[str, Any]:
         return {
             "job_name": snapshot.name,
             "job_names": list(state.job_names),
@@ -115,68 +155,106 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             "output_uri": snapshot.output_uri,
             "resubmits": state.resubmits,
             "preemptions": state.preemptions,
+            "verdict": verdict.to_dict(),
         }
 
     # --------------------------------------------------------------- identity
-    def _unit_key(self, context: Any) -> str:
+    def _unit_key(self) -> str:
         if self.job_identity:
             return naming.work_key(self.dag_id, self.task_id, self.job_identity)
-        return naming.work_key(self.dag_id, self.task_id, context["run_id"], getattr(context["ti"], "map_index", -1))
+        return naming.unit_key(self.dag_id, self.task_id, self.work_identity())
 
     def _name(self, state: ResubmissionState, n: int) -> str:
         return naming.job_name(self.dag_id, self.task_id, state.key, n)
 
     # -------------------------------------------------------------- execution
     def execute(self, context: Any) -> dict[str, Any]:
-        self.validate()
-        state = ResubmissionState(key=self._unit_key(context))
-        self._state = state
-        snapshot = self._discover(state, self._recall(context))
-        if snapshot is None or not self._is_reusable(snapshot):
-            snapshot = None
-            self._submit(context, state)
-        else:
-            self.log.info("Found job %s from an earlier attempt (%s); attaching.", snapshot.name, snapshot.status)
-            AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(snapshot.name))
-        return self._wait(context, state, snapshot)
+        state = self._start(context)
+        return self._proceed(context, state, self._discover(state), watched=False)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        """Back from the triggerer. The resubmission state is rebuilt from the job-name chain."""
-        self.validate()
-        state = ResubmissionState(key=self._unit_key(context))
-        self._state = state
-        self._discover(state, self._recall(context))
+        """Back from the job trigger. The state is rebuilt from ``task_state_store`` and the job chain."""
+        state = self._start(context)
+        self._discover(state)
         if event["status"] == "queue_timeout":
             self._give_up_queued(context, event["job_name"], event["message"])
         if event["status"] != "terminal":
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
-        return self._wait(context, state, JobSnapshot.from_dict(event["job"]))
+        gauge = GaugeEvidence.from_dict(event["gauge_evidence"]) if event.get("gauge_evidence") else None
+        snapshot = JobSnapshot.from_dict(event["job"])
+        return self._proceed(context, state, snapshot, watched=True, gauge=self._close_gauge(snapshot, gauge))
 
-    def _wait(self, context: Any, state: ResubmissionState, snapshot: JobSnapshot | None) -> dict[str, Any]:
-        """Wait (polling here, or deferring) until the unit of work succeeds or fails for good."""
+    def resume_after_backoff(self, context: Any, event: Any = None) -> dict[str, Any]:
+        """Back from the resubmission back-off spent in the triggerer: submit the next job, then wait."""
+        state = self._start(context)
+        return self._proceed(context, state, self._discover(state), watched=False)
+
+    def _start(self, context: Any) -> ResubmissionState:
+        self.validate()
+        self._context = context
+        state = self._load(context, self._unit_key())
+        self._state = state
+        return state
+
+    def _proceed(
+        self,
+        context: Any,
+        state: ResubmissionState,
+        snapshot: JobSnapshot | None,
+        *,
+        watched: bool,
+        gauge: GaugeEvidence | None = None,
+    ) -> dict[str, Any]:
+        """Until the unit of work succeeds or fails for good: decide, submit, wait (here or deferred)."""
+        if snapshot is not None and not watched:
+            AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(snapshot.name))
         while True:
-            if snapshot is None or not snapshot.terminal:
-                if self.deferrable:
-                    snapshot = self.hook.job_snapshot(state.current or "")  # check before deferring
-                    if snapshot is None or not snapshot.terminal:
-                        self.defer(
-                            trigger=AzureMLJobTrigger(
-                                job_name=state.current or "",
-                                azure_ml_conn_id=self.azure_ml_conn_id,
-                                polling=self.polling,
-                            ),
-                            method_name="execute_complete",
-                            timeout=self.execution_timeout,
-                        )
-                else:
-                    try:
-                        snapshot = self.hook.wait_for_job(state.current or "", self.polling, self._log_status)
-                    except AzureMLJobQueueTimeoutError as exc:
-                        self._give_up_queued(context, state.current or "", str(exc))
-            outcome = self._handle_terminal(context, state, snapshot)
-            if outcome is not None:
-                return outcome
-            snapshot = None  # a resubmission happened; wait for the new job
+            if snapshot is None:
+                self._submit(context, state)
+            elif snapshot.terminal:
+                outcome = self._decide(context, state, snapshot, watched=watched, gauge=gauge)
+                if outcome is not None:
+                    return outcome
+            else:
+                how = "waiting until it ends" if snapshot.status == "CancelRequested" else "attaching"
+                self.log.info("Found job %s from an earlier attempt (%s); %s.", snapshot.name, snapshot.status, how)
+            snapshot, gauge = self._wait_current(context, state)
+            gauge = self._close_gauge(snapshot, gauge)
+            watched = True
+
+    def _wait_current(self, context: Any, state: ResubmissionState) -> tuple[JobSnapshot, GaugeEvidence | None]:
+        """Wait for the newest job of the chain: poll here, or defer to the triggerer."""
+        name = state.current or ""
+        if self.deferrable:
+            snapshot = self.hook.job_snapshot(name)  # check before deferring
+            if snapshot is not None and snapshot.terminal:
+                return snapshot, None
+            self._remember(context, state)
+            self.defer(
+                trigger=AzureMLJobTrigger(job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling),
+                method_name="execute_complete",
+                timeout=self.execution_timeout,
+            )
+        try:  # the wait samples the compute's preemption gauge while the job runs: the evidence
+            return self.hook.wait_for_job_evidence(name, self.polling, self._log_status)
+        except AzureMLJobQueueTimeoutError as exc:
+            self._give_up_queued(context, name, str(exc))
+            raise  # unreachable: _give_up_queued raises
+
+    def _close_gauge(self, snapshot: JobSnapshot, gauge: GaugeEvidence | None) -> GaugeEvidence | None:
+        """A job seen Canceled after the gauge was sampled while it ran: read the gauge once more, now.
+
+        Azure cancels a job whose cluster lost its nodes at once, and those nodes stay counted as
+        preempted until they are deallocated, so this read bounds the run. One read per cancelled job.
+        """
+        if snapshot.status != "Canceled" or gauge is None or gauge.samples < 1 or gauge.at_end is not None:
+            return gauge
+        try:
+            facts = self.hook.compute_facts(gauge.compute or snapshot.compute)
+        except AzureMLError as exc:
+            self.log.info("Could not read compute %s for its preemption gauge: %s", gauge.compute, exc)
+            return gauge
+        return gauge.ended(facts.preempted_node_count if facts is not None else None)
 
     def _give_up_queued(self, context: Any, job_name: str, message: str) -> None:
         """No capacity for too long. A retry re-attaches to the still-queued job (no second job);
@@ -184,73 +262,133 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         ti = context["ti"]
         last_try = getattr(ti, "try_number", 1) > getattr(ti, "max_tries", 0)
         if last_try:
+            self._record_airflow_cancel(context, job_name)
             self.hook.cancel_job(job_name)
             message += "; last try, cancelled the job"
         else:
             message += "; left it queued for the next try to re-attach"
         raise AzureMLJobQueueTimeoutError(message, job_name=job_name)
 
-    def _discover(self, state: ResubmissionState, recalled: dict[str, Any] | None = None) -> JobSnapshot | None:
-        """Walk the deterministic chain ``-r0, -r1, ...``; return the newest job's snapshot.
+    # -------------------------------------------------------------- the chain
+    def _discover(self, state: ResubmissionState) -> JobSnapshot | None:
+        """Find the unit's jobs before submitting anything; return the newest one's snapshot.
 
-        ``task_state_store`` remembers the newest job this task instance submitted, so the walk starts
-        there; it still goes on past it, which closes the crash-between-submit-and-persist gap.
-        Earlier jobs of the chain that were preempted count against ``max_resubmits``.
+        Sources, all merged by resubmission number: the jobs carrying the unit key as a property
+        (one filtered LIST: Azure may have ignored the requested names), the jobs this run of the
+        task remembers, and the requested names ``-r<n>`` after the highest number known (jobs of
+        older versions, or a LIST that lags behind a submit).
         """
-        start = 0
-        if recalled and str(recalled.get("job", "")).startswith(self._name(state, 0)[:-1]):
-            start = int(str(recalled["job"]).rsplit("-r", 1)[1])
-            state.job_names = [self._name(state, n) for n in range(start)]
-            state.preemptions = int(recalled.get("preemptions") or 0)
-            state.preempted_baseline = recalled.get("preempted_baseline")
-        chain: list[JobSnapshot] = []
-        for n in range(start, MAX_CHAIN):
+        by_number: dict[int, str] = {}
+        for n, jobs in sorted(self._listed(state).items()):
+            by_number[n] = self._keep_one(state, n, jobs)
+        known_numbers = {name: n for n, name in by_number.items()}
+        for name in state.known:  # remembered, but not (yet) listed
+            if name not in known_numbers:
+                n = max(by_number, default=-1) + 1
+                by_number[n] = name
+        n = max(by_number, default=-1) + 1
+        newest: JobSnapshot | None = None
+        while n < MAX_CHAIN:
             snapshot = self.hook.job_snapshot(self._name(state, n))
             if snapshot is None:
                 break
-            state.job_names.append(snapshot.name)
-            chain.append(snapshot)
-        if len(chain) > 1 or (chain and chain[-1].name != (recalled or {}).get("job")):
-            state.preempted_baseline = None  # the remembered baseline belongs to another job
-        state.preemptions += sum(1 for s in chain[:-1] if classify(s).outcome is Outcome.PREEMPTED)
-        return chain[-1] if chain else None
+            by_number[n], newest = snapshot.name, snapshot
+            n += 1
+        state.job_names = [by_number[k] for k in sorted(by_number)]
+        state.next_resubmission = n
+        if state.cleared:  # every job found now was submitted before the clear
+            state.before_clear = sorted(set(state.before_clear) | set(state.job_names))
+        if state.current is None:
+            return None
+        if newest is None or newest.name != state.current:
+            newest = self.hook.job_snapshot(state.current)
+        return newest
+
+    def _listed(self, state: ResubmissionState, **only: str) -> dict[int, list[JobSnapshot]]:
+        """The unit's jobs by resubmission number, from one LIST filtered on the unit's property."""
+        listed: dict[int, list[JobSnapshot]] = {}
+        for found in self.hook.find_jobs({naming.UNIT_TAG: state.key, **only}):
+            try:
+                listed.setdefault(int(found.properties.get(naming.RESUBMISSION_TAG, "")), []).append(found)
+            except ValueError:
+                continue
+        return listed
+
+    def _keep_one(self, state: ResubmissionState, n: int, jobs: list[JobSnapshot], keep: str | None = None) -> str:
+        """One job per resubmission number. The SDK's invoke can create two for one call when Azure picks
+        the names (azure-sdk-for-python#31166): keep one and cancel the other still-running ones."""
+        if keep is None:
+            ranked = sorted(
+                jobs,
+                key=lambda j: (j.name != self._name(state, n), j.status != "Completed", j.terminal, j.name),
+            )
+            keep = ranked[0].name
+        for job in jobs:
+            if job.name != keep and not job.terminal:
+                self.log.warning("Job %s duplicates job %s of the same unit of work; cancelling it.", job.name, keep)
+                self._record_airflow_cancel(self._context, job.name)
+                self.hook.cancel_job(job.name)
+        return keep
+
+    def _load(self, context: Any, key: str) -> ResubmissionState:
+        """This run of the task's state. A new DAG run, or a clear (Airflow raises ``max_tries``), starts
+        a fresh resubmission budget; automatic retries share it."""
+        ti = context.get("ti")
+        max_tries = getattr(ti, "max_tries", None)
+        max_tries = max_tries if isinstance(max_tries, int) else None
+        recalled = self._recall(context) or {}
+        state = ResubmissionState(key=key, max_tries=max_tries)
+        if recalled.get("key") != key:  # nothing yet, or another unit of work (the inputs changed)
+            return state
+        state.known = [str(n) for n in (recalled.get("jobs") or [recalled.get("job")]) if n]
+        state.airflow_canceled = list(recalled.get("airflow_canceled") or [])
+        state.reported_cancels = list(recalled.get("reported_cancels") or [])
+        state.before_clear = list(recalled.get("before_clear") or [])
+        previous = recalled.get("max_tries")
+        state.cleared = previous is not None and max_tries is not None and previous != max_tries
+        if state.cleared:
+            self.log.info("The task was cleared: a fresh resubmission budget, continuing the same job chain.")
+        else:
+            state.preemptions = int(recalled.get("preemptions") or 0)
+            state.counted = list(recalled.get("counted") or [])
+            state.backoff_done = recalled.get("backoff_done")
+        return state
 
     @staticmethod
     def _recall(context: Any) -> dict[str, Any] | None:
-        store = context.get("task_state_store")
+        store = context.get("task_state_store") if context is not None else None
         value = store.get(STATE_KEY) if store is not None else None
         return value if isinstance(value, dict) else None
 
     @staticmethod
     def _remember(context: Any, state: ResubmissionState) -> None:
-        store = context.get("task_state_store")
+        store = context.get("task_state_store") if context is not None else None
         if store is not None:
-            store.set(
-                STATE_KEY,
-                {
-                    "job": state.current,
-                    "preemptions": state.preemptions,
-                    "preempted_baseline": state.preempted_baseline,
-                },
-            )
+            store.set(STATE_KEY, state.to_store())
 
-    @staticmethod
-    def _is_reusable(snapshot: JobSnapshot) -> bool:
-        """Running, completed or preempted jobs continue the chain; a job that failed or was cancelled
-        in an earlier Airflow try is replaced (the retry is the user's or the retry policy's decision)."""
-        if not snapshot.terminal:
-            return True
-        return classify(snapshot).outcome in (Outcome.SUCCEEDED, Outcome.PREEMPTED)
+    def _record_airflow_cancel(self, context: Any, job_name: str) -> None:
+        """Written *before* the cancel is sent: the next try must know the cancel was Airflow's."""
+        state = self._state
+        if state is None:
+            return
+        if job_name not in state.airflow_canceled:
+            state.airflow_canceled.append(job_name)
+        self._remember(context, state)
 
+    # -------------------------------------------------------------- decisions
     def _submit(self, context: Any, state: ResubmissionState) -> str:
-        n = len(state.job_names)
-        name = self._name(state, n)
+        n = state.next_resubmission
+        requested = self._name(state, n)
         compute = self._target_compute(state)
-        facts = self.hook.compute_facts(compute or self.default_compute())
-        state.preempted_baseline = facts.preempted_node_count if facts else None
-        self.log.info("Submitting job %s (resubmission %d).", name, n)
-        self.submit_job(context, name, compute)
+        self.log.info("Submitting job %s (resubmission %d).", requested, n)
+        name = self.submit_job(context, requested, compute, naming.job_markers(state.key, n)) or requested
+        if name != requested:
+            self.log.warning("Azure named the job %s instead of %s; following the name it returned.", name, requested)
+            duplicates = self._listed(state, **{naming.RESUBMISSION_TAG: str(n)}).get(n, [])
+            self._keep_one(state, n, duplicates, keep=name)
         state.job_names.append(name)
+        state.submitted_here.append(name)
+        state.next_resubmission = n + 1
         self._remember(context, state)  # first thing after the submit returns
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
         return name
@@ -260,45 +398,105 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             return self.fallback_compute
         return None
 
-    def _classify(self, state: ResubmissionState, snapshot: JobSnapshot) -> Classification:
-        facts = self.hook.compute_facts(snapshot.compute) if snapshot.status == "Canceled" else None
-        return classify(
-            snapshot,
-            compute=facts,
-            preempted_baseline=state.preempted_baseline,
-            canceled_by_airflow=state.canceled_by_airflow,
+    def _report(self, context: Any, snapshot: JobSnapshot, verdict: Classification) -> None:
+        """The verdict and its evidence, to the task log and to XCom."""
+        self.log.info(
+            "Job %s: %s (%s). Evidence: %s", snapshot.name, verdict.outcome.value, verdict.reason, verdict.evidence
         )
+        ti = context.get("ti") if context is not None else None
+        if ti is not None and hasattr(ti, "xcom_push"):
+            ti.xcom_push(key=VERDICT_XCOM_KEY, value={"job_name": snapshot.name, **verdict.to_dict()})
 
-    def _handle_terminal(self, context: Any, state: ResubmissionState, snapshot: JobSnapshot) -> dict[str, Any] | None:
-        """Turn a terminal job into a result, an exception, or a resubmission (returns None)."""
-        verdict = self._classify(state, snapshot)
-        if verdict.outcome is Outcome.SUCCEEDED:
-            result = self.result(state, snapshot)
+    def _decide(
+        self,
+        context: Any,
+        state: ResubmissionState,
+        snapshot: JobSnapshot,
+        *,
+        watched: bool,
+        gauge: GaugeEvidence | None,
+    ) -> dict[str, Any] | None:
+        """A terminal job becomes a result, an exception, or the next job of the chain (returns None).
+
+        ``watched``: this try waited for the job (else an earlier try or another run did).
+        """
+        if snapshot.name in state.counted:  # judged a preemption earlier (before a back-off or a crash)
+            verdict = Classification(Outcome.PREEMPTED, "preempted (judged so when it ended)")
+            return self._resubmit_preempted(context, state, snapshot, verdict)
+        verdict = classify(snapshot, gauge=gauge, canceled_by_airflow=snapshot.name in state.airflow_canceled)
+        self._report(context, snapshot, verdict)
+        outcome = verdict.outcome
+        if outcome is Outcome.SUCCEEDED:
+            result = self.result(state, snapshot, verdict)
             self.log.info("Job %s completed: %s", snapshot.name, result)
             return result
-        if verdict.outcome in (Outcome.FAILED, Outcome.USER_CANCELED):
+        if outcome is Outcome.FAILED:
+            if watched:
+                raise exception_for(snapshot, verdict)
+            self.log.info("Job %s failed in an earlier try; submitting the next job of the chain.", snapshot.name)
+            self._submit(context, state)
+            return None
+        if outcome is Outcome.AIRFLOW_CANCELED:
+            self.log.info("Job %s was cancelled by Airflow; submitting the next job of the chain.", snapshot.name)
+            self._submit(context, state)
+            return None
+        if outcome is Outcome.USER_CANCELED:
+            if (
+                snapshot.name in state.before_clear
+                or snapshot.name in state.reported_cancels
+                or (not watched and snapshot.name not in state.known)
+            ):
+                # The task was cleared after this job started, or a try already failed on this cancel (so
+                # this try follows a clear), or the job is unknown to this run of the task (a new DAG run,
+                # a backfill): running the work again is the request.
+                self.log.info(
+                    "Job %s was cancelled by a person earlier; this run asks for the work again: "
+                    "submitting the next job of the chain.",
+                    snapshot.name,
+                )
+                self._submit(context, state)
+                return None
+            state.reported_cancels.append(snapshot.name)
+            self._remember(context, state)
             raise exception_for(snapshot, verdict)
-        state.preemptions += 1
+        return self._resubmit_preempted(context, state, snapshot, verdict)
+
+    def _resubmit_preempted(
+        self, context: Any, state: ResubmissionState, snapshot: JobSnapshot, verdict: Classification
+    ) -> None:
+        if snapshot.name not in state.counted:
+            state.preemptions += 1
+            state.counted.append(snapshot.name)
+            self._remember(context, state)
         if state.preemptions > self.max_resubmits:
             raise AzureMLJobPreemptedError(
-                f"Job {snapshot.name} was preempted ({verdict.reason}); {state.preemptions} preemption(s), "
-                f"resubmission budget max_resubmits={self.max_resubmits} spent.",
+                f"Job {snapshot.name} was preempted ({verdict.reason}); {state.preemptions} preemption(s) in this "
+                f"run of the task, resubmission budget max_resubmits={self.max_resubmits} spent. Clearing the task "
+                "starts a fresh budget and continues the same job chain.",
                 job_name=snapshot.name,
                 status=snapshot.status,
             )
-        delay = min(600.0, self.resubmit_backoff * (2 ** (state.preemptions - 1)))
+        delay = min(MAX_BACKOFF, self.resubmit_backoff * (2 ** (state.preemptions - 1)))
         old = snapshot.name
-        self.log.warning(
-            "Preemption %d of job %s (%s). Resubmitting in %.1fs.", state.preemptions, old, verdict.reason, delay
-        )
-        time.sleep(delay)
+        if state.backoff_done != old and delay > 0:
+            self.log.warning(
+                "Preemption %d of job %s (%s). Resubmitting in %.1fs.", state.preemptions, old, verdict.reason, delay
+            )
+            if self.deferrable:  # the back-off is spent in the triggerer, not in a worker slot
+                from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+                state.backoff_done = old
+                self._remember(context, state)
+                self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=delay)), method_name="resume_after_backoff")
+            else:
+                time.sleep(delay)
         new = self._submit(context, state)
         self.log.warning(
             "Resubmitted preempted job: reason=%r old=%s new=%s resubmission=%d/%d",
             verdict.reason,
             old,
             new,
-            state.resubmits,
+            state.preemptions,
             self.max_resubmits,
         )
         return None
@@ -307,12 +505,19 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.log.info("Job %s is %s.", snapshot.name, snapshot.status)
 
     def on_kill(self) -> None:
-        """The task was killed (marked failed, cleared, timed out): cancel the job we started."""
+        """The task was killed (marked failed, cleared, timed out): cancel the job we started.
+
+        The cancel is recorded in ``task_state_store`` first, so that the next try knows it was
+        Airflow's and submits the next job instead of attaching to, or failing on, this one.
+        """
         state = self._state
         if state is None or state.current is None:
             return
-        state.canceled_by_airflow = True
         self.log.warning("Task killed; cancelling Azure ML job %s.", state.current)
+        try:
+            self._record_airflow_cancel(self._context, state.current)
+        except Exception as exc:  # the cancel matters more than the record
+            self.log.error("Could not record the cancel of job %s: %s", state.current, type(exc).__name__)
         try:
             self.hook.cancel_job(state.current)
         except Exception as exc:

@@ -110,7 +110,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
                 self._check_instance_type(types)
         return super().execute(context)
 
-    def submit_job(self, context: Any, name: str, compute: str | None) -> None:
+    def submit_job(self, context: Any, name: str, compute: str | None, markers: dict[str, str]) -> str | None:
         from azure.ai.ml import Input, command
         from azure.ai.ml.entities import JobResourceConfiguration
 
@@ -134,10 +134,18 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
             environment_variables=self.environment_variables,
             display_name=self.display_name or name,
             experiment_name=self.experiment_name or naming.experiment_name(self.dag_id),
-            tags={**(self.tags or {}), "airflow_dag_id": self.dag_id, "airflow_task_id": self.task_id},
+            tags={**(self.tags or {}), "airflow_dag_id": self.dag_id, "airflow_task_id": self.task_id, **markers},
+            properties=markers,
             resources=resources,
         )
-        self.hook.submit_command_job(job)
+        return self.hook.submit_command_job(job)
 
-    def default_compute(self) -> str | None:
-        return short_name(self.compute)
+    def work_identity(self) -> dict[str, Any]:
+        """The work itself: what runs, in which environment and where, on which inputs."""
+        return {
+            "command": self.command,
+            "environment": self.environment,
+            "compute": short_name(self.compute),
+            "inputs": self.inputs or {},
+            "environment_variables": self.environment_variables or {},
+        }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import pendulum
@@ -56,9 +57,17 @@ with DAG("azureml_deployment_case", schedule=None, start_date=START, default_arg
         task_id="create_deployment", deployment=str(CONFIG / "deployment.yml"), **CASE.get("deployment_overrides", {})
     )
 
+INVOKE_ARGS = {
+    key: CASE[key] for key in ("retries", "deferrable", "job_identity", "max_queue_time") if key in CASE
+}
+if "execution_timeout" in CASE:
+    INVOKE_ARGS["execution_timeout"] = timedelta(seconds=CASE["execution_timeout"])
+
 with DAG("azureml_invoke_case", schedule=None, start_date=START, default_args=DEFAULTS) as invoke_dag:
     AzureMLInvokeBatchEndpointOperator(
         task_id="invoke",
+        retry_delay=timedelta(0),
+        **INVOKE_ARGS,
         endpoint_name=CASE.get("endpoint_name", "heart-classifier-batch"),
         deployment_name=CASE.get("deployment_name", "classifier-xgboost"),
         inputs=CASE.get(
@@ -68,7 +77,7 @@ with DAG("azureml_invoke_case", schedule=None, start_date=START, default_args=DE
         output_file_name=CASE.get("output_file_name"),
         mini_batch_size=CASE.get("mini_batch_size"),
         max_resubmits=CASE.get("max_resubmits", 3),
-        resubmit_backoff=0.05,
+        resubmit_backoff=CASE.get("resubmit_backoff", 0.05),
         fallback_compute=CASE.get("fallback_compute"),
         fallback_after=CASE.get("fallback_after"),
         polling={"interval": 0.05, "max_interval": 0.2, **CASE.get("polling", {})},

@@ -14,6 +14,7 @@ from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
 from tests.helpers import preempt, when_running
 from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
+from tests.integration.test_exactly_once import when_sampled
 
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
 INPUT = "in/20261101"
@@ -183,7 +184,7 @@ def test_invoke_happy_path(workspace: Emulator, run_case) -> None:
 
 
 def test_submitted_job_is_persisted_in_task_state_store(workspace: Emulator, run_case) -> None:
-    with when_running(workspace, preempt("canceled")):
+    with when_sampled(workspace, preempt("canceled")):
         run, failures = run_case("azureml_invoke_case")
     assert str(run.state) == "success", failures
     from airflow.models.task_state_store import TaskStateStoreModel
@@ -194,7 +195,7 @@ def test_submitted_job_is_persisted_in_task_state_store(workspace: Emulator, run
         stored = json.loads(row.value)
     result = xcom_value(run, "invoke")
     assert stored["job"] == result["job_name"] and stored["job"].endswith("-r1")
-    assert stored["preemptions"] == 1 and isinstance(stored["preempted_baseline"], int)
+    assert stored["preemptions"] == 1 and stored["jobs"] == result["job_names"] and stored["key"]
 
 
 def test_invoke_overrides_reach_the_job(workspace: Emulator, run_case) -> None:
@@ -209,7 +210,7 @@ def test_invoke_overrides_reach_the_job(workspace: Emulator, run_case) -> None:
 
 
 def test_whole_cluster_preemption_resubmits_once(workspace: Emulator, run_case) -> None:
-    with when_running(workspace, preempt("canceled")) as preempted:
+    with when_sampled(workspace, preempt("canceled")) as preempted:
         run, failures = run_case("azureml_invoke_case")
     assert str(run.state) == "success", (task_states(run), failures)
     result = xcom_value(run, "invoke")
@@ -238,8 +239,10 @@ def test_user_cancel_is_never_resubmitted(workspace: Emulator, run_case) -> None
 
 
 def test_preemptions_beyond_budget_raise_preempted_error(workspace: Emulator, run_case) -> None:
-    with when_running(workspace, preempt("canceled"), times=2) as preempted:
-        run, failures = run_case("azureml_invoke_case", {"max_resubmits": 1})
+    with when_sampled(workspace, preempt("canceled"), times=2) as preempted:
+        run, failures = run_case(
+            "azureml_invoke_case", {"max_resubmits": 1, "mini_batch_size": 1, "polling": {"max_interval": 0.05}}
+        )
     assert str(run.state) == "failed"
     assert len(preempted) == 2
     assert failures[0]["type"] == "AzureMLJobPreemptedError"
@@ -248,7 +251,7 @@ def test_preemptions_beyond_budget_raise_preempted_error(workspace: Emulator, ru
 
 
 def test_fallback_to_dedicated_compute(workspace: Emulator, run_case) -> None:
-    with when_running(workspace, preempt("canceled")):
+    with when_sampled(workspace, preempt("canceled")):
         run, failures = run_case("azureml_invoke_case", {"fallback_compute": "dedicated-pool", "fallback_after": 1})
     assert str(run.state) == "success", failures
     jobs = workspace.jobs()
@@ -257,6 +260,12 @@ def test_fallback_to_dedicated_compute(workspace: Emulator, run_case) -> None:
 
 
 def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -> None:
+    from airflow_azureml.hooks import AzureMLHook
+
+    ml = AzureMLHook().get_conn()  # error_threshold 0: one failed file fails the job (-1, the default, ignores it)
+    deployment = ml.batch_deployments.get(name="classifier-xgboost", endpoint_name="heart-classifier-batch")
+    (deployment.settings if hasattr(deployment, "settings") else deployment).error_threshold = 0
+    ml.batch_deployments.begin_create_or_update(deployment).result()
     bad = workspace.datastore_path(INPUT) / "zz-broken.csv"
     bad.write_text("row_id,age\nx,not-a-number\n")
     run, failures = run_case("azureml_invoke_case")

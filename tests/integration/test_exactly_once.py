@@ -1,0 +1,346 @@
+"""Issue 9 §2-§5: cancels, preemption evidence, exactly once without trusting the name, back-off in the triggerer.
+
+Every case runs the real operator through Airflow (``dag.test()`` and, for a person's clear,
+Airflow's own ``clear_task_instances`` followed by the same task runner), the real SDK, and the
+emulator with Azure's behaviours switched on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.emulator.scoring.data import write_heart_csvs
+from tests.conftest import load_dag, task_states, xcom_value
+from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
+
+LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
+INPUT = "in/20261101"
+CLUSTER = "low-pri-cluster"
+ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-xgboost"
+
+
+# ------------------------------------------------------------------ harness
+@pytest.fixture
+def workspace(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path) -> Emulator:
+    from airflow_azureml.hooks import AzureMLHook
+
+    setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path(INPUT), files=20, rows_per_file=5)
+    return emulator
+
+
+@pytest.fixture
+def run_case(workspace: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    failures = tmp_path / "failures.jsonl"
+    monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
+
+    def run(case: dict[str, Any] | None = None, dag_run: Any = None) -> tuple[Any, list[dict[str, str]]]:
+        """A new DAG run of the invoke case; with ``dag_run``, a person clears its task and it runs again."""
+        monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps(case or {}))
+        failures.unlink(missing_ok=True)
+        dag = load_dag("azureml_operator_cases.py", "azureml_invoke_case")
+        result = dag.test(logical_date=LOGICAL) if dag_run is None else clear_and_rerun(dag, dag_run)
+        recorded = [json.loads(line) for line in failures.read_text().splitlines()] if failures.exists() else []
+        return result, recorded
+
+    return run
+
+
+def clear_and_rerun(dag: Any, dag_run: Any) -> Any:
+    """A person clears the task (Airflow's ``clear_task_instances``), then the run goes on as in ``dag.test()``."""
+    from airflow.models import DagRun, TaskInstance
+    from airflow.models.taskinstance import clear_task_instances
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).all()
+        clear_task_instances(tis, session)
+        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
+        dr.state = DagRunState.RUNNING
+        session.commit()
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    for _ in range(20):  # each pass runs what is schedulable, as dag.test() does
+        with create_session() as session:
+            dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
+            if dr.state != DagRunState.RUNNING:
+                return dr
+            dr.dag = scheduler_dag
+            schedulable, _ = dr.update_state(session=session)
+            for ti in schedulable:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            ready = [ti for ti in dr.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED]
+            session.expunge_all()
+        for ti in ready:
+            with contextlib.suppress(Exception):  # as dag.test(): the failure is in the task's state
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+    raise AssertionError("the cleared run did not finish")
+
+
+def try_numbers(dag_run: Any) -> int:
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).one().try_number
+
+
+def sdk() -> Any:
+    from airflow_azureml.hooks import AzureMLHook
+
+    return AzureMLHook().get_conn()
+
+
+def person_cancels(emulator: Emulator, job: str) -> None:
+    """A person cancels the job from the SDK (as Studio and the CLI do: POST .../cancel)."""
+    sdk().jobs.begin_cancel(job).result()
+
+
+def compute_reads_since(emulator: Emulator, since: float) -> int:
+    return sum(
+        1
+        for r in emulator.requests()
+        if r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
+    )
+
+
+@contextmanager
+def when_sampled(
+    emulator: Emulator,
+    action: Callable[[Emulator, str], object],
+    *,
+    times: int = 1,
+    sampled: bool = True,
+    timeout: float = 120,
+) -> Iterator[list[str]]:
+    """Run ``action(emulator, job)`` once a new job on the cluster is Running and (``sampled``) the wait has
+    read the cluster's gauge since (the evidence a preemption needs), ``times`` times."""
+    hit: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        seen: dict[str, float] = {}
+        while not stop.is_set() and len(hit) < times and time.monotonic() < deadline:
+            for job in emulator.jobs():
+                if job.compute != CLUSTER or job.status != "Running" or job.name in hit:
+                    continue
+                seen.setdefault(job.name, time.time())
+                if not sampled or compute_reads_since(emulator, seen[job.name]) >= 1:
+                    hit.append(job.name)
+                    action(emulator, job.name)
+                    break
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield hit
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def preempt_cluster(emulator: Emulator, _job: str) -> None:
+    emulator.preempt_cluster(CLUSTER, form="canceled")
+
+
+# ------------------------------------------------------------- §2 cancels
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_person_cancel_fails_the_try_without_retries(workspace: Emulator, run_case, deferrable: bool) -> None:
+    with when_sampled(workspace, person_cancels, sampled=False) as cancelled:
+        run, failures = run_case({"retries": 2, "deferrable": deferrable})
+    assert str(run.state) == "failed" and len(cancelled) == 1
+    assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    assert "clear the task" in failures[0]["message"]
+    assert try_numbers(run) == 1, "a person's cancel must not be retried"
+    assert [j.status for j in workspace.jobs()] == ["Canceled"], "nothing resubmitted"
+    verdict = xcom_value(run, "invoke", key="azureml_verdict")
+    assert verdict["outcome"] == "user_canceled" and "no lost-capacity message" in verdict["reason"]
+
+
+def test_clear_after_a_person_cancel_runs_the_work_again(workspace: Emulator, run_case) -> None:
+    with when_sampled(workspace, person_cancels, sampled=False):
+        run, failures = run_case({"retries": 2})
+    assert str(run.state) == "failed" and failures[0]["type"] == "AzureMLJobCanceledError"
+    run, failures = run_case({"retries": 2}, dag_run=run)  # the clear is the request
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    jobs = {j.name: j for j in workspace.jobs()}
+    assert [jobs[n].status for n in result["job_names"]] == ["Canceled", "Completed"] and len(jobs) == 2
+    assert len(prediction_ids(workspace, result["job_name"])) == 100
+
+
+def test_clear_never_attaches_to_the_job_airflow_is_cancelling(workspace: Emulator, run_case) -> None:
+    # The task times out; Airflow's on_kill cancels its job. Azure takes a while to finish a cancel, so the
+    # job is still CancelRequested when the person clears the task and the new try starts.
+    workspace.set_capacity(CLUSTER, 0)
+    run, failures = run_case({"execution_timeout": 1})
+    assert str(run.state) == "failed" and failures[0]["type"] == "AirflowTaskTimeout"
+    (first,) = workspace.jobs()
+    assert first.status == "Canceled"
+    workspace.call(lambda: first.set_status("CancelRequested"))  # a slow cancel
+    workspace.set_capacity(CLUSTER, None)
+    finish = threading.Timer(1.0, lambda: workspace.call(lambda: first.set_status("Canceled")))
+    finish.start()
+    try:
+        run, failures = run_case({"execution_timeout": 60}, dag_run=run)
+    finally:
+        finish.cancel()
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert result["job_names"][0] == first.name and len(result["job_names"]) == 2
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+
+
+# ------------------------------------------------------ §3 preemption evidence
+def test_whole_cluster_preemption_without_a_message_is_told_by_the_gauge(workspace: Emulator, run_case) -> None:
+    assert workspace.behaviour()["capacity_cancel_message"] is False  # Azure documents no message
+    with when_sampled(workspace, preempt_cluster) as preempted:
+        run, failures = run_case()
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert len(preempted) == 1 and result["preemptions"] == 1
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+
+
+def test_person_cancel_on_a_cluster_with_another_jobs_preempted_node(workspace: Emulator, run_case) -> None:
+    workspace.set_behaviour(preempted_node_release_seconds=120)  # the other job's node stays "preempted"
+    from tests.integration.test_emulator_sdk import invoke
+
+    other = invoke(sdk(), INPUT, "another-job")
+    deadline = time.monotonic() + 60
+    while not workspace.evict_nodes(CLUSTER, 1):
+        assert time.monotonic() < deadline, "the other job never got a node"
+        time.sleep(0.02)
+    sdk().jobs.begin_cancel(other).result()
+    with when_sampled(workspace, person_cancels):
+        run, failures = run_case({"retries": 1})
+    assert str(run.state) == "failed"
+    assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    verdict = xcom_value(run, "invoke", key="azureml_verdict")
+    assert verdict["outcome"] == "user_canceled" and "did not rise" in verdict["reason"]
+    assert verdict["evidence"]["gauge"]["first_while_running"] == 1
+    assert len(workspace.jobs()) == 2, "not resubmitted"
+
+
+# ------------------------------------------------- §4 exactly once, any name
+def test_job_azure_named_is_found_before_submitting(workspace: Emulator, run_case) -> None:
+    workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    run, failures = run_case({"job_identity": "partition-7"})
+    assert str(run.state) == "success", failures
+    first = xcom_value(run, "invoke")
+    assert not first["job_name"].endswith("-r0"), "the emulator picked the name"
+    # later runs of the same unit of work find that job by its property, whatever it is called
+    for _ in range(2):
+        run, failures = run_case({"job_identity": "partition-7"})
+        assert str(run.state) == "success", failures
+        assert xcom_value(run, "invoke")["job_name"] == first["job_name"]
+    assert len(workspace.jobs()) == 1
+    lists = [r for r in workspace.requests() if r["method"] == "GET" and r["path"].endswith("/jobs")]
+    assert lists and all("airflow_azureml.unit=" in r["query"].get("properties", "") for r in lists)
+
+
+def test_azure_named_chain_resubmits_and_finds_every_job(workspace: Emulator, run_case) -> None:
+    workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    with when_sampled(workspace, preempt_cluster):
+        run, failures = run_case({"retries": 2})
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert len(result["job_names"]) == 2 and len(workspace.jobs()) == 2
+    props = [sdk().jobs.get(n).properties for n in result["job_names"]]
+    assert [p["airflow_azureml.resubmission"] for p in props] == ["0", "1"]
+    assert len({p["airflow_azureml.unit"] for p in props}) == 1
+
+
+def test_default_identity_is_the_work_not_the_map_index(workspace: Emulator, run_case) -> None:
+    other = "in/other"
+    write_heart_csvs(workspace.datastore_path(other), files=6, rows_per_file=5)
+    run, failures = run_case()
+    assert str(run.state) == "success", failures
+    first = xcom_value(run, "invoke")
+    # the same task instance now means other input (a mapped upstream returned a shorter list): new work
+    inputs = {"heart_dataset": f"azureml://datastores/workspaceblobstore/paths/{other}/"}
+    run, failures = run_case({"inputs": inputs}, dag_run=run)
+    assert str(run.state) == "success", (task_states(run), failures)
+    second = xcom_value(run, "invoke")
+    assert second["job_name"] != first["job_name"]
+    assert len(prediction_ids(workspace, second["job_name"])) == 30
+    # a new DAG run of the first work finds its completed job: nothing runs twice
+    run, failures = run_case()
+    assert str(run.state) == "success", failures
+    assert xcom_value(run, "invoke")["job_name"] == first["job_name"]
+    assert len(workspace.jobs()) == 2
+
+
+def test_budget_belongs_to_one_run_of_the_task(workspace: Emulator, run_case) -> None:
+    with when_sampled(workspace, preempt_cluster):
+        run, failures = run_case({"max_resubmits": 0, "retries": 1})
+    assert str(run.state) == "failed"
+    # the automatic retry shares the spent budget: no new job
+    assert try_numbers(run) == 2 and [f["type"] for f in failures] == ["AzureMLJobPreemptedError"]
+    assert "Clearing the task starts a fresh budget" in failures[-1]["message"]
+    assert len(workspace.jobs()) == 1
+    run, failures = run_case({"max_resubmits": 0, "retries": 1}, dag_run=run)  # a clear: a fresh budget
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert result["job_names"][-1].endswith("-r1") and [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+
+
+def test_new_dag_run_of_a_preempted_unit_gets_a_fresh_budget(workspace: Emulator, run_case) -> None:
+    with when_sampled(workspace, preempt_cluster):
+        run, failures = run_case({"max_resubmits": 0})
+    assert str(run.state) == "failed" and failures[0]["type"] == "AzureMLJobPreemptedError"
+    run, failures = run_case({"max_resubmits": 0})  # e.g. a backfill of the same unit of work
+    assert str(run.state) == "success", (task_states(run), failures)
+    assert xcom_value(run, "invoke")["job_names"][-1].endswith("-r1")
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+
+
+# ------------------------------------------------ §5 back-off in the triggerer
+def test_deferred_backoff_is_spent_in_the_triggerer(
+    workspace: Emulator, run_case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import airflow_azureml.operators.job_base as job_base
+
+    slept: list[float] = []
+
+    class WorkerClock:  # records what the operator itself sleeps in the worker
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            time.sleep(seconds)
+
+    monkeypatch.setattr(job_base, "time", WorkerClock)
+    workspace.set_behaviour(capacity_cancel_message=True)  # evidence that needs no gauge sample
+    with when_sampled(workspace, preempt_cluster, sampled=False):
+        run, failures = run_case({"deferrable": True, "resubmit_backoff": 0.5})
+    assert str(run.state) == "success", (task_states(run), failures)
+    assert xcom_value(run, "invoke")["preemptions"] == 1
+    assert slept == [], "the worker slept the back-off"
+
+
+# ------------------------------------------------------------- not terminal
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_not_responding_job_is_waited_for(workspace: Emulator, run_case, deferrable: bool) -> None:
+    workspace.set_behaviour(stall_seconds=0.5)
+    run, failures = run_case({"deferrable": deferrable})
+    assert str(run.state) == "success", (task_states(run), failures)
+    assert len(workspace.jobs()) == 1
+    assert len(prediction_ids(workspace, xcom_value(run, "invoke")["job_name"])) == 100
