@@ -58,7 +58,7 @@ async def _token(session: Any, info: dict[str, Any]) -> str:
         "grant_type": "client_credentials",
         "client_id": info["client_id"],
         "client_secret": info["client_secret"],
-        "scope": "https://management.azure.com/.default",
+        "scope": f"{info['base_url']}/.default",  # the emulator's ARM audience
     }
     async with session.post(f"{info['base_url']}/{info['tenant_id']}/oauth2/v2.0/token", data=form) as resp:
         resp.raise_for_status()
@@ -161,18 +161,16 @@ def set_up(emulator: Emulator, jobs: int) -> list[str]:
     session = requests.Session()
     session.trust_env = False  # REQUESTS_CA_BUNDLE would otherwise replace ``verify``
     session.verify = info["ca_cert"]
-    token = session.post(
-        f"{info['base_url']}/{info['tenant_id']}/oauth2/v2.0/token",
-        data={
-            "grant_type": "client_credentials",
-            "client_id": info["client_id"],
-            "client_secret": info["client_secret"],
-            "scope": "https://management.azure.com/.default",
-        },
-        timeout=30,
-    )
-    token.raise_for_status()
-    session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+
+    def token(scope: str) -> str:
+        form = {"grant_type": "client_credentials", "scope": scope}
+        form.update(client_id=info["client_id"], client_secret=info["client_secret"])
+        resp = session.post(f"{info['base_url']}/{info['tenant_id']}/oauth2/v2.0/token", data=form, timeout=30)
+        resp.raise_for_status()
+        return str(resp.json()["access_token"])
+
+    session.headers["Authorization"] = f"Bearer {token(info['base_url'] + '/.default')}"  # the ARM audience
+    scoring_auth = f"Bearer {token(info['aml_resource_id'] + '/.default')}"  # invoke: the ML audience
     ws = (
         f"{info['base_url']}/subscriptions/{info['subscription_id']}/resourceGroups/{info['resource_group']}"
         f"/providers/Microsoft.MachineLearningServices/workspaces/{info['workspace']}"
@@ -220,7 +218,7 @@ def set_up(emulator: Emulator, jobs: int) -> list[str]:
         call(
             "POST",
             endpoint["properties"]["scoringUri"],
-            headers={"azureml-model-deployment": "blue"},
+            headers={"azureml-model-deployment": "blue", "Authorization": scoring_auth},
             json={
                 "properties": {
                     "name": name,

@@ -302,6 +302,7 @@ class Emulator:
         )
         return {
             "base_url": self.base_url,
+            "aml_resource_id": self.ml_audience,  # the data plane's token audience (invoke)
             "ca_cert": self.ca_cert,
             "subscription_id": self.subscription_id,
             "resource_group": self.resource_group,

@@ -78,8 +78,8 @@ def custom_objects_api(kubeconfig: Path) -> Any:
 
 
 def arm(emulator: Emulator, method: str, path: str, **kwargs: Any) -> requests.Response:
-    """An ARM call over HTTPS with a token the emulator's identity endpoint issued."""
-    token = emulator.call(lambda: emulator.identity.issue(emulator.client_id, "https://management.azure.com/.default"))
+    """An ARM call over HTTPS with a token the emulator's identity endpoint issued for its ARM audience."""
+    token = emulator.call(lambda: emulator.identity.issue(emulator.client_id, f"{emulator.base_url}/.default"))
     ws = (
         f"/subscriptions/{emulator.subscription_id}/resourceGroups/{emulator.resource_group}"
         f"/providers/Microsoft.MachineLearningServices/workspaces/{emulator.workspace_name}"
