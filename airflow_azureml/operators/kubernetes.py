@@ -150,6 +150,8 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
                 api_client = config.new_client_from_config_dict(
                     config_dict=content, context=context, persist_config=False
                 )
+        except AzureMLConfigError:
+            raise
         except ConfigException as exc:
             raise AzureMLConfigError(f"Invalid kubeconfig: {scrub(str(exc))}") from None
         except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a malformed entry: its text may be a secret
