@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,27 @@ def test_sensor_raises_typed_error_on_preemption(sensor_case, mode: str) -> None
     assert failures[0]["type"] == "AzureMLJobPreemptedError"
 
 
+def preempt_after_a_gauge_sample(form: str = "canceled") -> Any:
+    """Preempt the cluster once a wait has read its gauge while the job ran: the evidence a verdict needs
+    (the preemption is then seen as a rise of ``preemptedNodeCount`` while the job was Running)."""
+
+    def action(emulator: Emulator, job_name: str) -> object:
+        job = emulator.job(job_name)
+        started = job.started.timestamp() if job is not None and job.started else 0.0
+        for _ in range(1000):
+            reads = [
+                r
+                for r in emulator.requests()
+                if r["method"] == "GET" and r["path"].endswith("/computes/low-pri-cluster") and r["t"] > started
+            ]
+            if reads:
+                break
+            time.sleep(0.01)
+        return emulator.preempt_cluster("low-pri-cluster", form=form)
+
+    return action
+
+
 def test_example_dag_deferrable_with_preemption(
     emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,7 +189,9 @@ def test_example_dag_deferrable_with_preemption(
     monkeypatch.setenv("AZUREML_DEFERRABLE", "true")
     dag = load_dag("low_priority_batch_scoring.py")
     assert dag.get_task("score_partition").partial_kwargs["deferrable"] is True
-    with when_running(emulator, preempt("canceled")) as preempted:
+    # jobs run long enough for the wait to sample the gauge while they run (the preemption's evidence)
+    emulator.call(lambda: setattr(emulator.workspace.timing, "mini_batch", 0.3))
+    with when_running(emulator, preempt_after_a_gauge_sample("canceled")) as preempted:
         run = dag.test(logical_date=INTERVAL)
     assert str(run.state) == "success", task_states(run)
     assert len(preempted) == 1
