@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
@@ -11,7 +12,7 @@ from airflow.sdk import BaseSensorOperator, conf
 from airflow_azureml.exceptions import AzureMLError, AzureMLJobQueueTimeoutError
 from airflow_azureml.hooks.azure_ml import AzureMLHook
 from airflow_azureml.links.studio import AzureMLStudioJobLink
-from airflow_azureml.outcomes import JobSnapshot, Outcome, classify, exception_for
+from airflow_azureml.outcomes import GaugeEvidence, JobSnapshot, Outcome, classify, exception_for
 from airflow_azureml.polling import PollingPolicy
 from airflow_azureml.triggers.job import AzureMLJobTrigger
 
@@ -52,12 +53,17 @@ class AzureMLJobSensor(BaseSensorOperator):
         snapshot = self.hook.job_snapshot(self.job_name)  # check before deferring
         if snapshot is not None and snapshot.terminal:
             return self._finish(context, snapshot)
+        if snapshot is None:
+            self.log.info("Job %s does not exist yet; waiting for it in the triggerer.", self.job_name)
         self.defer(
             trigger=AzureMLJobTrigger(
-                job_name=self.job_name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling
+                job_name=self.job_name,
+                azure_ml_conn_id=self.azure_ml_conn_id,
+                polling=self.polling,
+                wait_for_creation=True,  # as poke mode: the job may be submitted later, by another DAG
             ),
             method_name="execute_complete",
-            timeout=self.execution_timeout,
+            timeout=self.execution_timeout or timedelta(seconds=self.timeout),
         )
 
     def poke(self, context: Any) -> bool:
@@ -77,12 +83,13 @@ class AzureMLJobSensor(BaseSensorOperator):
             raise AzureMLJobQueueTimeoutError(event["message"], job_name=event["job_name"])
         if event["status"] != "terminal":
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
-        return self._finish(context, JobSnapshot.from_dict(event["job"]))
+        gauge = GaugeEvidence.from_dict(event.get("gauge_evidence"))
+        return self._finish(context, JobSnapshot.from_dict(event["job"]), gauge)
 
-    def _finish(self, context: Any, snapshot: JobSnapshot) -> dict[str, Any]:
+    def _finish(self, context: Any, snapshot: JobSnapshot, gauge: GaugeEvidence | None = None) -> dict[str, Any]:
+        """Poke mode has no gauge samples (each poke is one read): classify then decides on Azure's messages."""
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(snapshot.name))
-        facts = self.hook.compute_facts(snapshot.compute) if snapshot.status == "Canceled" else None
-        verdict = classify(snapshot, compute=facts)
+        verdict = classify(snapshot, gauge=gauge)
         if verdict.outcome is not Outcome.SUCCEEDED:
             raise exception_for(snapshot, verdict)
         return {"job_name": snapshot.name, "status": snapshot.status, "output_uri": snapshot.output_uri}
