@@ -147,11 +147,17 @@ class AzureMLHook(BaseHook):
             self.__dict__["settings"] = parse_connection(await self.aget_connection(self.azure_ml_conn_id))
         return AsyncRestClient(self.settings, self.get_async_credential(), self._fresh_async_credential)
 
-    def job_snapshot(self, name: str) -> JobSnapshot | None:
-        """The job's state, or None when no job has that name."""
+    def job_snapshot(self, name: str, *, transient_retries: bool = True) -> JobSnapshot | None:
+        """The job's state, or None when no job has that name.
+
+        ``transient_retries=False``: one attempt; a transient failure raises ``TransientRestError``
+        (a sensor's poke then simply pokes again later).
+        """
         from airflow_azureml.hooks.rest import ResourceNotFound
 
         try:
+            if not transient_retries:
+                return self.rest().snapshot(name)
             return self._with_transient_retries(lambda: self.rest().snapshot(name))
         except ResourceNotFound:
             return None

@@ -67,7 +67,13 @@ class AzureMLJobSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Any) -> bool:
-        snapshot = self.hook.job_snapshot(self.job_name)
+        from airflow_azureml.hooks.rest import TransientRestError
+
+        try:  # a throttled read or a token failure is a poke that saw nothing, not a failed sensor
+            snapshot = self.hook.job_snapshot(self.job_name, transient_retries=False)
+        except TransientRestError as exc:
+            self.log.warning("Could not read job %s this time (%s); poking again later.", self.job_name, exc)
+            return False
         if snapshot is None:
             self.log.info("Job %s does not exist yet.", self.job_name)
             return False

@@ -382,3 +382,22 @@ def test_a_job_that_stops_responding_and_resumes_is_waited_for(jobs: tuple[Emula
     job = emulator.job(async_name)
     assert job is not None and job.stalled
     assert event["status"] == "terminal" and event["job"]["status"] == "Completed", event
+
+
+def test_a_poke_that_cannot_get_a_token_pokes_again(
+    jobs: tuple[Emulator, Any], azureml_conn: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_azureml.sensors import AzureMLJobSensor
+
+    _, ml = jobs
+    name = invoke(ml, "in/a", "job-poke-token")
+    info = json.loads(azureml_conn["airflow_conn_json"])
+    info["extra"]["authority_url"] = f"https://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", json.dumps(info))
+    sensor = AzureMLJobSensor(task_id="s", job_name=name)
+    assert sensor.poke({}) is False  # Entra ID unreachable: not a failed sensor
+    monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", azureml_conn["airflow_conn_json"])
+    AzureMLHook().wait_for_job(name, PollingPolicy(**FAST))
+    # the same hook's client rebuilt its credential from the fixed connection
+    again = sensor.hook.job_snapshot(name, transient_retries=False)
+    assert again is not None and again.status == "Completed"
