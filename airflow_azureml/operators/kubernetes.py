@@ -145,6 +145,7 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
             if path is not None:
                 if not os.path.isfile(path):
                     raise AzureMLConfigError(f"kubeconfig file {path!r} does not exist.")
+                _mask_kubeconfig_secrets(_read_kubeconfig_file(path))
                 api_client = config.new_client_from_config(config_file=path, context=context, persist_config=False)
             else:
                 api_client = config.new_client_from_config_dict(
@@ -230,6 +231,18 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
                     continue
                 raise _api_error(exc, name, host) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _read_kubeconfig_file(path: str) -> Mapping[str, Any]:
+    """The file's content; a malformed file fails without PyYAML's quote of a line (it may hold the token)."""
+    import yaml
+
+    try:
+        with open(path) as handle:
+            content = yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        raise AzureMLConfigError(f"kubeconfig file {path!r} is not valid YAML ({yaml_error_summary(exc)}).") from None
+    return content if isinstance(content, Mapping) else {}
 
 
 _KUBECONFIG_SECRETS = ("token", "password", "client-key-data", "client-certificate-data")

@@ -171,3 +171,35 @@ def test_predictions_without_a_completed_job_are_not_a_finished_partition(
     out.mkdir(parents=True)
     (out / "predictions.csv").write_text("records-000.csv,20261128T0000-000-0000000,0.5,1\n")
     assert len(ep.pending(parts)) == 1  # a predictions.csv alone is not a checkpoint
+
+
+def test_partition_with_failed_files_is_redone_not_skipped(example_env: Emulator) -> None:
+    """error_threshold -1: the job completes without a failed file's rows; the next run redoes that partition."""
+    import example_partitions as ep
+
+    emulator = example_env
+    interval = INTERVAL.strftime("%Y%m%dT%H%M")
+    ep.write_partitions("scoring", interval, int(INTERVAL.timestamp()), 4, 6, 25)  # what extract will find
+    bad = emulator.datastore_path(f"scoring/input/{interval}/part-000/records-000.csv")
+    lines = bad.read_text().splitlines()
+    first = lines[1].split(",")
+    lines[1] = ",".join([first[0], "not-a-number", *first[2:]])  # this file fails to score
+    bad.write_text("\n".join(lines) + "\n")
+
+    first_run = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL)
+    assert str(first_run.state) == "failed" and task_states(first_run)["report"] == "failed", task_states(first_run)
+    assert all(j.status == "Completed" for j in emulator.jobs())  # completed, although rows are missing
+    assert len(emulator.jobs()) == 4
+
+    # the data is fixed upstream: the ETL writes the partition again
+    for marker in (
+        emulator.datastore_path(f"scoring/markers/{interval}/part-000._SUCCESS"),
+        emulator.datastore_path(f"scoring/input/{interval}/part-000/_SUCCESS"),
+    ):
+        marker.unlink(missing_ok=True)
+    second_run = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL)
+    assert str(second_run.state) == "success", task_states(second_run)
+    report = read_report(emulator)
+    assert report["rows_in"] == report["rows_scored"] == 4 * 6 * 25
+    assert report["partitions_scored_this_run"] == 1
+    assert len(emulator.jobs()) == 5  # one new job, for the redone partition only

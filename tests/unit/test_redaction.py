@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from airflow_azureml.redaction import mask, scrub
@@ -92,3 +94,16 @@ def test_malformed_kube_config_puts_no_line_of_it_in_the_error(
     assert "kube_config" in str(err.value)
     for text in (str(err.value), repr(err.value), caplog.text):
         assert token[:14] not in text and "kubeconfig-token" not in text
+
+
+def test_malformed_kubeconfig_file_puts_no_line_of_it_in_the_error(tmp_path: Path) -> None:
+    from airflow_azureml.exceptions import AzureMLConfigError
+    from airflow_azureml.operators.kubernetes import AzureMLApplyInstanceTypesOperator
+
+    token = "sha256~kubeconfig-file-token-abcdef0123456789"
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"apiVersion: v1\nusers:\n- user:\n    token: {token}\n   bad: {token}\n")
+    op = AzureMLApplyInstanceTypesOperator(task_id="apply", instance_types=[], kubeconfig=str(path))
+    with pytest.raises(AzureMLConfigError) as err:
+        op._api_client()
+    assert "kubeconfig" in str(err.value) and "kubeconfig-file-token" not in str(err.value)
