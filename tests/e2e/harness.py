@@ -162,10 +162,12 @@ class AirflowDeployment:
         self.wait_for_api()
         return self
 
-    def start_service(self, service: str) -> None:
-        log = open(self.home / f"{service}.log", "ab")  # noqa: SIM115 - owned by the process
+    def start_service(self, service: str, name: str | None = None) -> None:
+        """Start ``service``; ``name`` (default: the service) tells a second instance apart, e.g. a 2nd triggerer."""
+        name = name or service
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
         args = [service] if service != "api-server" else [service, "--port", str(self.api_port)]
-        self.procs[service] = subprocess.Popen(
+        self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "airflow", *args],
             env=self.env,
             stdout=log,
@@ -180,14 +182,20 @@ class AirflowDeployment:
             os.killpg(proc.pid, sig)
         proc.wait(timeout=30)
 
+    def stop_service(self, name: str) -> None:
+        """SIGTERM (a clean shutdown), then kill -9 after 20 s."""
+        proc = self.procs.get(name)
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                self.kill(name)
+
     def stop(self) -> None:
-        for service in reversed(self.SERVICES):
-            if service in self.procs and self.procs[service].poll() is None:
-                try:
-                    os.killpg(self.procs[service].pid, signal.SIGTERM)
-                    self.procs[service].wait(timeout=20)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    self.kill(service)
+        extra = [name for name in self.procs if name not in self.SERVICES]
+        for name in [*extra, *reversed(self.SERVICES)]:
+            self.stop_service(name)
 
     def wait_for_api(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
