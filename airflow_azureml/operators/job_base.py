@@ -57,7 +57,6 @@ class ResubmissionState:
     backoff_done: str | None = None  # preempted job whose back-off was already spent in the triggerer
     max_tries: int | None = None
     cleared: bool = False
-    submitted_here: list[str] = field(default_factory=list)
 
     @property
     def current(self) -> str | None:
@@ -175,7 +174,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Back from the job trigger. The state is rebuilt from ``task_state_store`` and the job chain."""
         state = self._start(context)
-        self._discover(state)
+        self._discover(state, newest=False)  # the event carries the newest job's snapshot
         if event["status"] == "queue_timeout":
             self._give_up_queued(context, event["job_name"], event["message"])
         if event["status"] != "terminal":
@@ -270,7 +269,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         raise AzureMLJobQueueTimeoutError(message, job_name=job_name)
 
     # -------------------------------------------------------------- the chain
-    def _discover(self, state: ResubmissionState) -> JobSnapshot | None:
+    def _discover(self, state: ResubmissionState, *, newest: bool = True) -> JobSnapshot | None:
         """Find the unit's jobs before submitting anything; return the newest one's snapshot.
 
         Sources, all merged by resubmission number: the jobs carrying the unit key as a property
@@ -287,22 +286,22 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 n = max(by_number, default=-1) + 1
                 by_number[n] = name
         n = max(by_number, default=-1) + 1
-        newest: JobSnapshot | None = None
+        latest: JobSnapshot | None = None
         while n < MAX_CHAIN:
             snapshot = self.hook.job_snapshot(self._name(state, n))
             if snapshot is None:
                 break
-            by_number[n], newest = snapshot.name, snapshot
+            by_number[n], latest = snapshot.name, snapshot
             n += 1
         state.job_names = [by_number[k] for k in sorted(by_number)]
         state.next_resubmission = n
         if state.cleared:  # every job found now was submitted before the clear
             state.before_clear = sorted(set(state.before_clear) | set(state.job_names))
-        if state.current is None:
+        if state.current is None or not newest:
             return None
-        if newest is None or newest.name != state.current:
-            newest = self.hook.job_snapshot(state.current)
-        return newest
+        if latest is None or latest.name != state.current:
+            latest = self.hook.job_snapshot(state.current)
+        return latest
 
     def _listed(self, state: ResubmissionState, **only: str) -> dict[int, list[JobSnapshot]]:
         """The unit's jobs by resubmission number, from one LIST filtered on the unit's property."""
@@ -387,7 +386,6 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             duplicates = self._listed(state, **{naming.RESUBMISSION_TAG: str(n)}).get(n, [])
             self._keep_one(state, n, duplicates, keep=name)
         state.job_names.append(name)
-        state.submitted_here.append(name)
         state.next_resubmission = n + 1
         self._remember(context, state)  # first thing after the submit returns
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))

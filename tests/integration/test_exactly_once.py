@@ -136,13 +136,12 @@ def when_sampled(
 
     def watch() -> None:
         deadline = time.monotonic() + timeout
-        seen: dict[str, float] = {}
         while not stop.is_set() and len(hit) < times and time.monotonic() < deadline:
             for job in emulator.jobs():
                 if job.compute != CLUSTER or job.status != "Running" or job.name in hit:
                     continue
-                seen.setdefault(job.name, time.time())
-                if not sampled or compute_reads_since(emulator, seen[job.name]) >= 1:
+                since = job.started.timestamp() if job.started is not None else time.time()
+                if not sampled or compute_reads_since(emulator, since) >= 1:
                     hit.append(job.name)
                     action(emulator, job.name)
                     break
