@@ -13,3 +13,16 @@ def test_job_names_are_stable_valid_and_distinct() -> None:
     names = {naming.job_name("my dag/with:odd chars" * 5, "invoke.partition", key, n) for n in range(3)}
     assert len(names) == 3
     assert all(JOB_NAME.match(name) for name in names)
+
+
+def test_unit_key_is_the_work_not_the_run() -> None:
+    work = {"endpoint": "ep", "deployment": "d", "inputs": {"x": "azureml://datastores/s/paths/in/a/"}, "outputs": {}}
+    same = {"outputs": {}, "inputs": {"x": "azureml://datastores/s/paths/in/a/"}, "deployment": "d", "endpoint": "ep"}
+    other = {**work, "inputs": {"x": "azureml://datastores/s/paths/in/b/"}}
+    assert naming.unit_key("dag", "task", work) == naming.unit_key("dag", "task", same)  # key order is not identity
+    assert naming.unit_key("dag", "task", work) != naming.unit_key("dag", "task", other)
+    assert naming.unit_key("dag", "task", work) != naming.unit_key("dag", "other_task", work)
+
+
+def test_job_markers_carry_the_unit_and_the_resubmission() -> None:
+    assert naming.job_markers("abc", 2) == {naming.UNIT_TAG: "abc", naming.RESUBMISSION_TAG: "2"}
