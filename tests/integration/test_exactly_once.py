@@ -343,3 +343,18 @@ def test_not_responding_job_is_waited_for(workspace: Emulator, run_case, deferra
     assert str(run.state) == "success", (task_states(run), failures)
     assert len(workspace.jobs()) == 1
     assert len(prediction_ids(workspace, xcom_value(run, "invoke")["job_name"])) == 100
+
+
+def test_duplicate_from_the_sdks_own_retry_is_cancelled(workspace: Emulator, run_case) -> None:
+    # Azure picks the names and the invoke's response is lost after the job was created: the SDK posts
+    # again and a second job of the same unit exists (azure-sdk-for-python#31166). One of them must go.
+    workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    workspace.add_fault(kind="drop", when="after", route="invoke")
+    run, failures = run_case()
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    statuses = {j.name: j.status for j in workspace.jobs()}
+    assert len(statuses) == 2 and statuses[result["job_name"]] == "Completed"
+    (duplicate,) = [name for name in statuses if name != result["job_name"]]
+    assert statuses[duplicate] == "Canceled", "the duplicate kept running and billing"
+    assert result["job_names"] == [result["job_name"]]
