@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from airflow_azureml.naming import UNIT_TAG
 from tests.e2e.conftest import DAG_ID, E2E
 
 pytestmark = pytest.mark.e2e
@@ -557,6 +558,17 @@ def test_403_on_one_job_among_20_waiting(e2e: E2E) -> None:
     def fault(run_id: str, interval: str) -> None:
         try:
             held_queued(e2e, run_id, interval, MANY["partitions"])
+            # 250 newer finished jobs of the provider's: the waited ones fall past the LIST's page cap,
+            # so the poller reads each by GET (issue 9's "read whatever remains by GET")
+            history = e2e.emulator.call(
+                lambda: e2e.emulator.workspace.create_synthetic_jobs(f"history-{interval}", [0.01] * 250)
+            )
+
+            def mark() -> None:
+                for name in history:
+                    e2e.emulator.workspace.jobs[name].properties.setdefault("properties", {})[UNIT_TAG] = "history"
+
+            e2e.emulator.call(mark)
             victim = partition_jobs(e2e, interval, 0)[0].name
             # RBAC denies reading this one job (ARM and run history); the others are readable
             e2e.emulator.add_fault(
