@@ -28,7 +28,7 @@ DAG_ID = "low_priority_batch_scoring"
 def start_emulator() -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     data_dir = DEMO / "emulator"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_azureml.emulator", "--data-dir", str(data_dir), "--mini-batch-seconds", "0.4"],
+        [sys.executable, "-m", "airflow_azureml.emulator", "--data-dir", str(data_dir), "--mini-batch-seconds", "3"],
         stdout=subprocess.DEVNULL,
         stderr=open(DEMO / "emulator.log", "wb"),  # noqa: SIM115 - lives as long as the process
     )
@@ -66,6 +66,11 @@ class Control:
     def jobs(self) -> list[dict[str, Any]]:
         return self.session.get(f"{self.info['base_url']}/_emulator/jobs", headers=self._headers(), timeout=10).json()
 
+    def set_behaviour(self, **switches: Any) -> None:
+        self.session.post(
+            f"{self.info['base_url']}/_emulator/behaviour", json=switches, headers=self._headers(), timeout=10
+        ).raise_for_status()
+
     def preempt(self, cluster: str) -> None:
         self.session.post(
             f"{self.info['base_url']}/_emulator/clusters/{cluster}/preempt",
@@ -79,7 +84,9 @@ def preempt_once_mid_run(control: Control, done: threading.Event, seen: list[str
     while not done.is_set():
         running = [j for j in control.jobs() if j["compute"] == "low-pri-cluster" and j["status"] == "Running"]
         if running:
-            time.sleep(0.3)  # let a few mini-batches finish first: they are lost with the cluster
+            # Let the wait (1 s polls) read the cluster's gauge while the job runs, and let a few
+            # mini-batches finish: the evidence of a preemption is a rise seen while the job ran.
+            time.sleep(1.6)
             control.preempt("low-pri-cluster")
             seen.append(running[0]["name"])
             print(f"  >> emulator: preempted the whole low-priority cluster while {running[0]['name']} was running")
@@ -112,6 +119,10 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
         control = Control(info)
+        # A whole-cluster preemption does not end the job at once: Azure first tries to get the
+        # nodes back, and cancels for lack of capacity later (seeds 000/001). The emulator's
+        # default is the least convenient 0 s; the demo plays a short, plausible window.
+        control.set_behaviour(capacity_cancel_after_seconds=4.0, preempted_node_release_seconds=8.0)
         done, preempted = threading.Event(), []
         watcher = threading.Thread(target=preempt_once_mid_run, args=(control, done, preempted), daemon=True)
         watcher.start()

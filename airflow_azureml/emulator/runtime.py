@@ -772,8 +772,16 @@ class Workspace:
         return self._lose_capacity(compute, jobs, form)
 
     async def _lose_capacity_later(self, compute: Compute, job_names: set[str], form: str, delay: float) -> None:
-        await asyncio.sleep(delay)
-        self._lose_capacity(compute, job_names, form)
+        # The spot capacity is gone while the service waits to get it back: no replacement node
+        # is allocated before the jobs end, so they cannot finish in the meantime.
+        before = compute.capacity_override
+        compute.capacity_override = 0
+        try:
+            await asyncio.sleep(delay)
+            self._lose_capacity(compute, job_names, form)
+        finally:
+            if compute.capacity_override == 0:
+                compute.capacity_override = before
 
     def _lose_capacity(self, compute: Compute, job_names: set[str], form: str) -> list[str]:
         """End the jobs that lost their capacity, as Azure shows it: status (and the PreemptionError text)."""
