@@ -23,6 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_kubectl.sh
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider
 
