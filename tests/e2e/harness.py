@@ -14,10 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,30 +41,44 @@ def pg_bin(name: str) -> str:
 class Postgres:
     """A throwaway PostgreSQL cluster on 127.0.0.1 (run as the postgres user when we are root).
 
-    Its data dir lives in ``base`` (pytest's temporary directory) and is removed on ``stop``.
+    Its data dir lives in ``base`` (pytest's temporary directory). As root, the server runs as the
+    postgres user, who cannot pass through pytest's 0700 folders (and any pytest session started
+    meanwhile resets them to 0700), so the data dir is then a private folder of the postgres user
+    in the system temp dir instead. ``stop`` removes it, keeping the server log in ``base``; a data
+    dir left by a run that was killed is removed by the next start.
     """
 
+    PREFIX = "airflow-azureml-pgdata-"
+
     def __init__(self, base: Path) -> None:
-        self.dir = base / "pgdata"
-        self.port = free_port()
+        self.base = base
         self.as_root = os.geteuid() == 0
+        self.dir = Path(tempfile.mkdtemp(prefix=self.PREFIX)) if self.as_root else base / "pgdata"
+        self.port = free_port()
         self.url = f"postgresql+psycopg2://airflow@127.0.0.1:{self.port}/airflow"
-        self._modes: dict[Path, int] = {}  # folders opened for the postgres user to pass through
+
+    @classmethod
+    def remove_stale(cls) -> None:
+        """Data dirs of servers that no longer run (a run killed before its teardown)."""
+        for folder in Path(tempfile.gettempdir()).glob(cls.PREFIX + "*"):
+            pid_file = folder / "postmaster.pid"
+            try:
+                pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else 0
+            except (OSError, ValueError, IndexError):
+                pid = 0
+            if pid and psutil.pid_exists(pid):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _run(self, *cmd: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self.as_root else []
         subprocess.run([*prefix, *cmd], check=True, capture_output=True)
 
     def start(self) -> Postgres:
-        self.dir.mkdir(parents=True)
+        self.remove_stale()
+        self.dir.mkdir(parents=True, exist_ok=True)
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
-            # pytest makes its temp folders 0700: let the postgres user pass through (x only, no listing)
-            for folder in self.dir.parents:
-                mode = folder.stat().st_mode
-                if not mode & 0o001:
-                    self._modes[folder] = mode & 0o7777
-                    os.chmod(folder, mode | 0o011)
         self._run(pg_bin("initdb"), "-D", str(self.dir), "-A", "trust", "-U", "airflow", "-E", "UTF8")
         self._run(
             pg_bin("pg_ctl"),
@@ -94,12 +110,9 @@ class Postgres:
         """A fast (clean) shutdown, so no shared memory is left behind; then the data dir goes."""
         with contextlib.suppress(subprocess.CalledProcessError):
             self._run(pg_bin("pg_ctl"), "-D", str(self.dir), "-m", "fast", "-w", "stop")
-        with contextlib.suppress(OSError):  # keep the server log beside the (removed) data dir
-            shutil.copy(self.dir / "server.log", self.dir.parent / "postgres.log")
+        with contextlib.suppress(OSError):  # keep the server log in pytest's temp dir
+            shutil.copy(self.dir / "server.log", self.base / "postgres.log")
         shutil.rmtree(self.dir, ignore_errors=True)
-        for folder, mode in self._modes.items():
-            with contextlib.suppress(OSError):
-                os.chmod(folder, mode)
 
 
 class AirflowDeployment:
