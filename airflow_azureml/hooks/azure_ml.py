@@ -7,6 +7,8 @@ need it; importing this module (and every operator) stays cheap for the DAG proc
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable
 from functools import cached_property
@@ -57,6 +59,18 @@ def _compute_arm_id(settings: AzureMLConnectionSettings, name: str) -> str:
     return f"azureml:{settings.workspace_path}/computes/{short.rsplit('/', 1)[-1]}"
 
 
+def _forget_inherited_custom_cloud() -> None:
+    """Drop an ``AZUREML_CURRENT_CLOUD`` that names a cloud registered by another process.
+
+    ``MLClient`` writes the cloud's name to ``os.environ``; a child process (a task runner, a
+    subprocess of a task) inherits it, and importing ``azure.ai.ml`` there fails with "Unknown
+    cloud environment", because the custom cloud is registered per process. Our names are only
+    ever ours, so dropping one is safe: the hook registers it again with its metadata.
+    """
+    if os.environ.get("AZUREML_CURRENT_CLOUD", "").startswith("AirflowCustom-") and "azure.ai.ml" not in sys.modules:
+        del os.environ["AZUREML_CURRENT_CLOUD"]
+
+
 class AzureMLHook(BaseHook):
     """Talks to one Azure ML workspace through an ``azure_ml`` connection.
 
@@ -102,6 +116,7 @@ class AzureMLHook(BaseHook):
     def get_conn(self) -> MLClient:
         """A cached ``MLClient`` bound to the connection's workspace and cloud."""
         if self._client is None:
+            _forget_inherited_custom_cloud()
             from azure.ai.ml import MLClient
 
             # azure-core logs every request's headers at INFO; task logs need only warnings.

@@ -1,0 +1,27 @@
+"""The hook in a child process that inherited the parent's ``AZUREML_CURRENT_CLOUD``.
+
+``MLClient`` writes the registered custom cloud's name into ``os.environ``; a task subprocess
+inherits it and importing ``azure.ai.ml`` there fails ("Unknown cloud environment") unless the
+hook drops the inherited name first. Seen in ``make demo`` run from a process that had used the SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+CHILD = """
+from airflow_azureml.hooks.azure_ml import AzureMLHook
+hook = AzureMLHook()
+computes = [c.name for c in hook.get_conn().compute.list()]
+print("computes:", computes)
+"""
+
+
+def test_child_process_with_an_inherited_custom_cloud_name_works(azureml_conn: dict[str, Any]) -> None:
+    env = {**os.environ, "AZUREML_CURRENT_CLOUD": "AirflowCustom-0123456789ab"}
+    result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "computes:" in result.stdout
