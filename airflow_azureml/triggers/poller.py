@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_azureml.exceptions import AzureMLError
-from airflow_azureml.hooks.rest import AsyncRestClient, ResourceNotFound, TokenUnavailable, TransientRestError
+from airflow_azureml.hooks.rest import (
+    AsyncRestClient,
+    MalformedResponse,
+    ResourceNotFound,
+    TokenUnavailable,
+    TransientRestError,
+)
 from airflow_azureml.naming import UNIT_TAG
 from airflow_azureml.outcomes import JobSnapshot
 from airflow_azureml.polling import COMPUTE_READS, GaugeReading, JobWatch, PollingPolicy, TransientBudgetExceeded
@@ -39,6 +45,8 @@ DIRECT_GET_LIMIT = 3
 JOIN_DEBOUNCE = 0.05
 # The LIST: the provider's own jobs (every submitted job carries this user property), not archived.
 LIST_QUERY = {"listViewType": "ActiveOnly", "properties": UNIT_TAG}
+# The page size the cap assumes (ARM's job LIST pages hold 100 jobs here and in the emulator).
+LIST_PAGE_SIZE = 100
 
 
 @dataclass
@@ -203,16 +211,19 @@ class WorkspacePoller:
     async def _list(self, client: AsyncRestClient, names: set[str]) -> dict[str, dict[str, Any]]:
         """The provider's jobs from at most ``ceil(waits / page size) + 1`` pages; the rest are read by GET."""
         found: dict[str, dict[str, Any]] = {}
-        pages, cap = 0, None
+        pages, page_size = 0, LIST_PAGE_SIZE
         try:
             async for page in client.list_job_pages(LIST_QUERY):
                 pages += 1
                 for item in page:
-                    if item.get("name") in names and isinstance(item.get("properties"), dict):
+                    if not isinstance(item, dict) or not isinstance(item.get("properties"), dict):
+                        continue
+                    if item.get("name") in names:
                         found[item["name"]] = item
-                if cap is None:
-                    cap = math.ceil(len(names) / max(1, len(page))) + 1
-                if len(found) == len(names) or pages >= cap:
+                # Never fewer jobs per page than ARM's usual page: empty or short pages with a
+                # nextLink cannot stretch the cap; a service with smaller pages costs GETs instead.
+                page_size = max(page_size, len(page))
+                if len(found) == len(names) or pages >= math.ceil(len(names) / page_size) + 1:
                     break
         except TokenUnavailable:
             raise  # connection-wide: the whole tick is transient
@@ -244,6 +255,8 @@ class WorkspacePoller:
                 raise  # no token for any job: the tick, not this job
             except AzureMLError as exc:  # 400, 403, malformed body, throttled: this job only
                 result[name] = exc
+            except Exception as exc:  # a body of an unexpected shape (tags as a list...): this job only
+                result[name] = MalformedResponse(f"job {name}: unexpected response shape ({type(exc).__name__})")
         return result
 
     def _deliver(self, due: list[_Wait], results: dict[str, _Result]) -> tuple[bool, float]:

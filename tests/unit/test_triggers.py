@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -213,3 +214,87 @@ def test_the_trigger_row_carries_wait_for_creation() -> None:
     _, kwargs = AzureMLJobTrigger(job_name="j", azure_ml_conn_id="c", wait_for_creation=True).serialize()
     assert kwargs["wait_for_creation"] is True
     assert AzureMLJobTrigger(**kwargs).wait_for_creation is True
+
+
+# --- a bad body on one job, and empty LIST pages (found by review) ------------------------------
+class _EdgeClient:
+    """The REST client at the poller's edge: one job answers a body of an unexpected shape."""
+
+    class paths:
+        @staticmethod
+        def compute(name: str) -> str:
+            return "/computes/" + name
+
+    def __init__(self, *, empty_pages: int = 0, history: int = 0) -> None:
+        import time as _time
+
+        self.started = _time.monotonic()
+        self.empty_pages = empty_pages
+        self.history = history
+        self.pages_read = 0
+
+    async def list_job_pages(self, query: dict):  # type: ignore[no-untyped-def]
+        for _ in range(self.empty_pages):
+            self.pages_read += 1
+            yield []
+        for start in range(0, self.history, 100):
+            self.pages_read += 1
+            yield [{"name": f"old-{i}", "properties": {"status": "Completed"}} for i in range(start, start + 100)]
+
+    async def get_job(self, name: str) -> dict:
+        import time as _time
+
+        if name == "bad":
+            return {"name": "bad", "properties": {"status": "Failed", "tags": ["not", "a", "map"]}}
+        done = _time.monotonic() - self.started > 0.3
+        return {"name": name, "properties": {"status": "Completed" if done else "Running"}}
+
+    async def complete_snapshot(self, arm: dict):  # type: ignore[no-untyped-def]
+        from airflow_azureml.hooks.rest import AsyncRestClient
+
+        return await AsyncRestClient.complete_snapshot(self, arm)  # type: ignore[arg-type]
+
+    async def get_run_details(self, name: str) -> list:
+        return []  # a JSON list where a document was expected
+
+    async def get_compute(self, name: str) -> dict:
+        return {}
+
+    async def close(self) -> None:
+        pass
+
+
+def _run_waits(client: _EdgeClient, names: list[str]) -> tuple[list[dict], Any]:
+    import asyncio
+
+    from airflow_azureml.polling import PollingPolicy
+    from airflow_azureml.triggers.poller import WorkspacePoller
+
+    async def main() -> tuple[list[dict], Any]:
+        poller = WorkspacePoller.for_connection("edge")
+
+        async def get_client() -> _EdgeClient:
+            return client
+
+        poller._get_client = get_client  # type: ignore[method-assign]
+        policy = PollingPolicy(interval=0.05, max_interval=0.1, jitter=0, max_transient_errors=5)
+        return list(await asyncio.gather(*(poller.wait(n, policy) for n in names))), poller.stats
+
+    return asyncio.run(main())
+
+
+def test_an_unexpected_body_on_one_job_fails_only_that_wait() -> None:
+    names = ["bad", "a", "b", "c", "d"]
+    results = dict(zip(names, _run_waits(_EdgeClient(), names)[0], strict=True))
+    assert results["bad"]["status"] == "error"
+    assert "unexpected response shape" in results["bad"]["message"]
+    assert {n: results[n]["status"] for n in "abcd"} == dict.fromkeys("abcd", "terminal")
+
+
+def test_empty_list_pages_cannot_stretch_the_page_cap() -> None:
+    client = _EdgeClient(empty_pages=30, history=3000)
+    names = [f"w{i}" for i in range(20)]
+    results, stats = _run_waits(client, names)
+    assert all(r["status"] == "terminal" for r in results)
+    assert stats.list_ticks >= 1
+    assert stats.max_pages_per_tick <= 2  # ceil(20 / 100) + 1, whatever the pages hold
