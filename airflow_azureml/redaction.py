@@ -18,9 +18,13 @@ _PATTERNS = [
     re.compile(rf"(?i)({_SECRET_KEY}[\"']?\s*[:=]\s*)(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')"),
     # password=pass word&x=1 / refresh_token: a b  -- unquoted, up to the next separator or line end
     re.compile(rf"(?i)({_SECRET_KEY}\s*[:=]\s*)(?![\"'\s])[^&;,}}\]\r\n\"']+"),
-    re.compile(r"(?i)(\bbearer\s+)[^\s\"',;]+"),
-    re.compile(r"(?i)([?&;]sig=)[^&\s\"'<>]+"),  # SAS signature
-    re.compile(r"(?i)(\bAccountKey=)[^;\s\"']+"),  # storage connection string
+    # a bare "token" key (kubeconfig users, JSON): only as a key, so "could not get a token: ..." stays
+    re.compile(r"(?i)([\"']token[\"']\s*:\s*)(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')"),
+    re.compile(r"(?im)(^\s*-?\s*token\s*:\s*)(?![\"'\s])\S+"),
+    re.compile(r"(?i)(\b(?:bearer|basic)\s+)[^\s\"',;]+"),  # Authorization header values
+    re.compile(r"(?i)(\bsig=)[^&\s\"'<>]+"),  # SAS signature
+    re.compile(r"(?i)(\bAccountKey=)(\"[^\"]*\"|'[^']*'|[^;\s\"']+)"),  # storage connection string
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@\"']+:)[^@\s/\"']+(?=@)"),  # user:password@ in URLs
     re.compile(r"(?i)(\bSharedAccessSignature=)[^;\s\"']+"),
     re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),  # JWT-shaped tokens
 ]

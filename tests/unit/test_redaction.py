@@ -107,3 +107,24 @@ def test_malformed_kubeconfig_file_puts_no_line_of_it_in_the_error(tmp_path: Pat
     with pytest.raises(AzureMLConfigError) as err:
         op._api_client()
     assert "kubeconfig" in str(err.value) and "kubeconfig-file-token" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('"token": "kubeconfig-token-value"', "kubeconfig-token-value"),
+        ("users:\n- name: u\n  user:\n    token: kube-tok-123\n", "kube-tok-123"),
+        ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+        ("https://user:hunter2@host/x", "hunter2"),
+        ('AccountKey="abc def"', "abc def"),
+        ("sig=abcdef123&sv=1", "abcdef123"),
+    ],
+)
+def test_scrub_removes_more_secret_shapes(text: str, secret: str) -> None:
+    assert secret not in scrub(text)
+
+
+def test_scrub_keeps_words_that_only_mention_a_token() -> None:
+    assert scrub("could not get a token: ClientAuthenticationError") == (
+        "could not get a token: ClientAuthenticationError"
+    )
