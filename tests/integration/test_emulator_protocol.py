@@ -342,7 +342,11 @@ def test_the_documents_kubectl_apply_works_with_validation_on(emulator: Emulator
     opened = [r["path"] for r in emulator.requests() if "/openapi/" in r["path"] and r["status"] == 200]
     assert opened  # validation ran: kubectl read the OpenAPI documents
     writes = [r for r in emulator.requests() if r["method"] in ("POST", "PATCH") and "/instancetypes" in r["path"]]
-    assert all(r["query"].get("fieldValidation") == "Strict" for r in writes), writes
+    assert writes
+    # kubectl >= 1.25 also asks the server to validate (fieldValidation=Strict); older ones, such as
+    # Debian 12's 1.20, validate on the client only, from the OpenAPI documents read above.
+    asked = {r["query"].get("fieldValidation") for r in writes}
+    assert asked in ({"Strict"}, {None}), writes
 
 
 def test_kubectl_validation_refuses_an_unknown_field(emulator: Emulator, tmp_path: Path) -> None:
