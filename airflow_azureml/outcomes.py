@@ -2,15 +2,18 @@
 
 Azure reports a lost low-priority cluster in two forms (the source documents, and the field
 reports in Azure/MachineLearningNotebooks#1242, microsoft/MLOpsPython#346):
-- ``Canceled`` for lack of capacity, when the whole (or a single-node) cluster was preempted;
-- ``Failed`` with ``PreemptionError: Nodes of this job got pre-empted``.
+- ``Failed`` with Azure's own error, ``UserError: AzureMLCompute job failed. PreemptionError: Nodes
+  of this job got pre-empted...``: the error *is* that text, it does not merely quote it;
+- ``Canceled`` for lack of capacity, only when the whole cluster (or its single node) was preempted.
+  Azure sends no message and no property for that cancel, so only the cluster's
+  ``preemptedNodeCount`` gauge can tell it: sampled *while the job ran* (``GaugeEvidence``), it must
+  have risen by this job's nodes, up to every node of the cluster.
 Both are preemptions and may be resubmitted; a person's cancel and a code failure may not.
 
-Evidence counts only when it is what Azure says: those two messages, or the cluster's
-``preemptedNodeCount`` gauge rising *while the job ran* (``GaugeEvidence``). A word such as
-"preempt", "evict" or "low priority" in a user error or a warning is not evidence, and Azure
-sends nothing that tells a person's cancel from a platform cancel. When in doubt, it is not a
-preemption: resubmitting what a person cancelled would override them and pay twice.
+A word such as "preempt", "evict", "capacity" or "low priority" in a user error or a warning is not
+evidence, nor is a read taken after the job ended (the gauge may be up by then for another job).
+When in doubt, it is not a preemption: resubmitting what a person cancelled would override them and
+pay twice.
 """
 
 from __future__ import annotations
@@ -25,12 +28,10 @@ QUEUED_STATES = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing"
 # so nothing may start a second job while it is in either state.
 TERMINAL_STATES = frozenset({"Completed", "Failed", "Canceled"})
 
-# Azure's own wording (field reports above), as the job's error, never in a warning.
-_PREEMPTION_ERROR = re.compile(r"\bPreemptionError: Nodes of this job got pre-?empted\b")
-# The documented lost-capacity cancel: one message that says the job was cancelled *because*
-# the cluster lost its nodes / capacity. "low priority" or "preempt" alone does not match.
-_CAPACITY_CANCEL = re.compile(
-    r"\bcancel+ed\b[^.]*?\b(?:lost all (?:of )?its nodes|lack of capacity|not enough capacity)\b", re.IGNORECASE
+# Azure's own error (field reports above). It counts only as the whole message, optionally after
+# the "UserError: " code prefix: user code that prints or asserts on it elsewhere is a code failure.
+_PREEMPTION_ERROR = re.compile(
+    r"(?:UserError: )?AzureMLCompute job failed\. PreemptionError: Nodes of this job got pre-empted\b"
 )
 
 
@@ -55,6 +56,8 @@ class JobSnapshot:
     output_uri: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     properties: dict[str, str] = field(default_factory=dict)  # the job's (immutable) user properties
+    # nodes the job holds, from the job resource (batch: compute.instanceCount; command: resources.instanceCount)
+    instance_count: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -74,6 +77,7 @@ class JobSnapshot:
             "output_uri": self.output_uri,
             "tags": dict(self.tags),
             "properties": dict(self.properties),
+            "instance_count": self.instance_count,
         }
 
     @classmethod
@@ -87,6 +91,7 @@ class JobSnapshot:
             output_uri=data.get("output_uri"),
             tags=dict(data.get("tags") or {}),
             properties=dict(data.get("properties") or {}),
+            instance_count=_count(data.get("instance_count")),
         )
 
     @classmethod
@@ -108,7 +113,14 @@ class JobSnapshot:
             or ((props.get("outputs") or {}).get("score") or {}).get("uri"),
             tags=dict(props.get("tags") or {}),
             properties={str(k): str(v) for k, v in run_props.items() if v is not None},
+            instance_count=_count((props.get("compute") or {}).get("instanceCount"))
+            or _count((props.get("resources") or {}).get("instanceCount")),
         )
+
+
+def _count(value: Any) -> int | None:
+    """A positive node count as the service sent it, else None (unknown is never a guess)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 @dataclass(frozen=True)
@@ -139,9 +151,12 @@ class GaugeEvidence:
     """The cluster's ``preemptedNodeCount`` gauge as sampled *while this job was Running*.
 
     The gauge counts nodes in preempted state right now (2024-10-01 swagger); it falls again as
-    nodes are replaced. Only a rise between two samples taken while the job ran says anything
-    about this job. Produced by the waits (sync and triggerer, shared compute reads), consumed by
-    ``classify``. ``None`` fields mean "not sampled", never zero.
+    nodes are replaced, and on a shared cluster it also counts other jobs' nodes. Azure cancels a job
+    for lack of capacity only when the whole cluster (or its single node) is preempted, so the evidence
+    kept is the rise above the first sample at samples where every node of the cluster
+    (``currentNodeCount``, which still counts preempted nodes) was preempted. Produced by the waits
+    (sync and triggerer, shared compute reads), consumed by ``classify``. ``None`` means "not
+    sampled", never zero.
     """
 
     compute: str | None = None
@@ -149,40 +164,48 @@ class GaugeEvidence:
     samples: int = 0  # compute reads taken while the job was Running
     first_while_running: int | None = None
     peak_while_running: int | None = None
-    # One read taken as soon as the wait saw the job end Canceled. With a sample taken while the job
-    # ran, it bounds the run: Azure cancels a job whose cluster lost its nodes at once, and the nodes
-    # stay counted as preempted until they are deallocated.
+    # A read taken after the job was seen ended: logged with the verdict, never evidence (by then the
+    # gauge may be up for another job's nodes, on the deferred path minutes later).
     at_end: int | None = None
+    # The largest rise above the first sample seen while every node of the cluster was preempted, and
+    # whether at such a sample the rise covered all of the cluster's nodes (none was preempted before).
+    whole_cluster_rise: int | None = None
+    whole_cluster_rise_covers_cluster: bool = False
 
-    def observe(self, compute: str, low_priority: bool, preempted: int) -> GaugeEvidence:
-        """A new sample taken while the job was Running."""
+    def observe(self, compute: str, low_priority: bool, preempted: int, nodes: int | None = None) -> GaugeEvidence:
+        """A new sample taken while the job was Running (``nodes``: the cluster's currentNodeCount, if sent)."""
         first = preempted if self.first_while_running is None else self.first_while_running
         peak = preempted if self.peak_while_running is None else max(self.peak_while_running, preempted)
-        return GaugeEvidence(compute, low_priority, self.samples + 1, first, peak, self.at_end)
+        rise, covers = self.whole_cluster_rise, self.whole_cluster_rise_covers_cluster
+        if self.samples >= 1 and nodes is not None and 0 < nodes <= preempted and preempted > first:
+            rise = max(rise or 0, preempted - first)
+            covers = covers or preempted - first >= nodes
+        return GaugeEvidence(compute, low_priority, self.samples + 1, first, peak, self.at_end, rise, covers)
 
     def ended(self, preempted: int | None) -> GaugeEvidence:
-        """The read taken when the job was first seen ended (None: the read failed)."""
+        """The read taken when the job was first seen ended (None: the read failed). Logged, not evidence."""
         return replace(self, at_end=preempted)
 
     @property
-    def rose_by_end(self) -> bool:
-        """The gauge was higher right after the job ended than while it ran."""
-        return (
-            self.samples >= 1
-            and None not in (self.first_while_running, self.at_end)
-            and (
-                self.at_end > self.first_while_running  # type: ignore[operator]
-            )
-        )
-
-    @property
     def rose_while_running(self) -> bool:
+        """Any rise between two samples taken while the job ran (whoever's node it was)."""
         return (
             self.samples >= 2
             and self.first_while_running is not None
             and self.peak_while_running is not None
             and self.peak_while_running > self.first_while_running
         )
+
+    def lost_nodes_of(self, instance_count: int | None) -> bool:
+        """While the job ran, the whole low-priority cluster went preempted, by at least the job's nodes.
+
+        With the job's node count unknown, the rise must cover every node of the cluster.
+        """
+        if not self.low_priority or self.whole_cluster_rise is None:
+            return False
+        if instance_count is None:
+            return self.whole_cluster_rise_covers_cluster
+        return self.whole_cluster_rise >= instance_count
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,6 +215,8 @@ class GaugeEvidence:
             "first_while_running": self.first_while_running,
             "peak_while_running": self.peak_while_running,
             "at_end": self.at_end,
+            "whole_cluster_rise": self.whole_cluster_rise,
+            "whole_cluster_rise_covers_cluster": self.whole_cluster_rise_covers_cluster,
         }
 
     @classmethod
@@ -204,6 +229,8 @@ class GaugeEvidence:
             first_while_running=data.get("first_while_running"),
             peak_while_running=data.get("peak_while_running"),
             at_end=data.get("at_end"),
+            whole_cluster_rise=data.get("whole_cluster_rise"),
+            whole_cluster_rise_covers_cluster=bool(data.get("whole_cluster_rise_covers_cluster")),
         )
 
 
@@ -219,17 +246,26 @@ class Classification:
         return {"outcome": self.outcome.value, "reason": self.reason, "evidence": dict(self.evidence)}
 
 
-def _gauge_says(gauge: GaugeEvidence | None) -> str:
+def _gauge_says(gauge: GaugeEvidence | None, instance_count: int | None) -> str:
     if gauge is None or gauge.samples == 0:
         return "the cluster's preemptedNodeCount was not sampled while the job ran"
-    if gauge.samples < 2 and gauge.at_end is None:
-        return "the cluster's preemptedNodeCount was sampled only once while the job ran, and not at its end"
+    if gauge.samples < 2:
+        return (
+            "the cluster's preemptedNodeCount was sampled only once while the job ran "
+            "(a read after its end is not evidence)"
+        )
     if not gauge.low_priority:
         return f"compute {gauge.compute} is not low priority"
-    return (
-        f"the cluster's preemptedNodeCount did not rise while the job ran "
+    seen = (
         f"({gauge.first_while_running} -> peak {gauge.peak_while_running}, {gauge.samples} samples, "
-        f"{gauge.at_end if gauge.at_end is not None else 'not read'} at its end)"
+        f"{gauge.at_end if gauge.at_end is not None else 'not read'} after its end, not evidence)"
+    )
+    if not gauge.rose_while_running:
+        return f"the cluster's preemptedNodeCount did not rise while the job ran {seen}"
+    nodes = f"the job's {instance_count} node(s)" if instance_count else "every node of the cluster (job size unknown)"
+    return (
+        f"the cluster's preemptedNodeCount rose while the job ran {seen}, but not with the whole cluster "
+        f"preempted by {nodes}: another job's nodes may have gone"
     )
 
 
@@ -254,32 +290,31 @@ def classify(
         return Classification(Outcome.SUCCEEDED, "job completed", evidence)
     message = job.error_message or ""
     if status == "Failed":
-        if _PREEMPTION_ERROR.search(message):
+        if _PREEMPTION_ERROR.match(message.strip()):
             evidence["preemption_error"] = message
             return Classification(Outcome.PREEMPTED, f"failed with Azure's preemption error: {message}", evidence)
         return Classification(Outcome.FAILED, message or "job failed without an error message", evidence)
-    # Canceled
+    # Canceled. Azure sends no message for a capacity cancel (nor anything that tells it from a person's).
     if canceled_by_airflow:
         evidence["canceled_by_airflow"] = True
         return Classification(Outcome.AIRFLOW_CANCELED, "canceled by Airflow (task killed or cleared)", evidence)
-    capacity = next((m for m in (*job.warnings, message) if m and _CAPACITY_CANCEL.search(m)), None)
-    rose = gauge is not None and bool(gauge.low_priority) and (gauge.rose_while_running or gauge.rose_by_end)
-    evidence["capacity_message"] = capacity
-    evidence["gauge_rose_while_running"] = rose
-    if capacity:
-        return Classification(Outcome.PREEMPTED, f"canceled by Azure for lost capacity: {capacity}", evidence)
-    if rose:
+    lost = gauge is not None and gauge.lost_nodes_of(job.instance_count)
+    evidence["instance_count"] = job.instance_count
+    evidence["gauge_rose_while_running"] = gauge is not None and gauge.rose_while_running
+    evidence["whole_cluster_preempted_while_running"] = lost
+    if lost:
         assert gauge is not None
-        top = max(gauge.peak_while_running or 0, gauge.at_end or 0)
         return Classification(
             Outcome.PREEMPTED,
-            f"canceled as low-priority cluster {gauge.compute} lost nodes "
-            f"(preemptedNodeCount {gauge.first_while_running} while the job ran -> {top} by its end)",
+            f"canceled as low-priority cluster {gauge.compute} was wholly preempted while the job ran "
+            f"(preemptedNodeCount {gauge.first_while_running} -> {gauge.peak_while_running}, a rise of "
+            f"{gauge.whole_cluster_rise} node(s), job size {job.instance_count or 'unknown'})",
             evidence,
         )
     return Classification(
         Outcome.USER_CANCELED,
-        f"canceled, and not by Airflow: no lost-capacity message, and {_gauge_says(gauge)}; taken as a person's cancel",
+        "canceled, and not by Airflow: no lost-capacity message (Azure sends none), and "
+        f"{_gauge_says(gauge, job.instance_count)}; taken as a person's cancel",
         evidence,
     )
 

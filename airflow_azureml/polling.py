@@ -129,7 +129,7 @@ class JobWatch:
         if reading.taken < self.running_since or reading.taken == self._gauge_taken:
             return
         self._gauge_taken = reading.taken
-        self.gauge = self.gauge.observe(reading.compute, reading.low_priority, reading.preempted)
+        self.gauge = self.gauge.observe(reading.compute, reading.low_priority, reading.preempted, reading.nodes)
 
     def queue_time_exceeded(self, now: float | None = None) -> bool:
         if self.policy.max_queue_time is None or self.queued_since is None:
@@ -157,6 +157,7 @@ class GaugeReading:
     low_priority: bool
     preempted: int | None
     taken: float  # time.monotonic() of the read
+    nodes: int | None = None  # currentNodeCount (preempted nodes included): a whole-cluster preemption covers it
 
     @classmethod
     def from_rest(cls, compute: str, arm_compute: dict[str, Any] | None, taken: float) -> GaugeReading | None:
@@ -167,7 +168,9 @@ class GaugeReading:
         value = counts.get("preemptedNodeCount")
         preempted = value if isinstance(value, int) and not isinstance(value, bool) else None
         low = str(inner.get("vmPriority", "")).lower() == "lowpriority"
-        return cls(compute, low, preempted, taken)
+        current = inner.get("currentNodeCount")
+        nodes = current if isinstance(current, int) and not isinstance(current, bool) else None
+        return cls(compute, low, preempted, taken, nodes)
 
 
 class SharedComputeReads:

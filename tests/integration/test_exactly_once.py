@@ -156,7 +156,14 @@ def when_sampled(
         thread.join(timeout=5)
 
 
+# A plausible whole-cluster preemption: the service ends the job a while after its nodes went (capacity
+# stays gone meanwhile), and the nodes count as preempted until then, so the wait can read the gauge up
+# while the job still runs. The emulator's default (0 s: the job ends at once) leaves no evidence at all.
+PREEMPTION_WINDOW = {"capacity_cancel_after_seconds": 2.0, "preempted_node_release_seconds": 4.0}
+
+
 def preempt_cluster(emulator: Emulator, _job: str) -> None:
+    emulator.set_behaviour(**PREEMPTION_WINDOW)
     emulator.preempt_cluster(CLUSTER, form="canceled")
 
 
@@ -234,7 +241,7 @@ def test_person_cancel_on_a_cluster_with_another_jobs_preempted_node(workspace: 
     assert str(run.state) == "failed"
     assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
     verdict = xcom_value(run, "invoke", key="azureml_verdict")
-    assert verdict["outcome"] == "user_canceled" and "did not rise" in verdict["reason"]
+    assert verdict["outcome"] == "user_canceled" and "preemptedNodeCount" in verdict["reason"]
     assert verdict["evidence"]["gauge"]["first_while_running"] == 1
     assert len(workspace.jobs()) == 2, "not resubmitted"
 
@@ -327,8 +334,7 @@ def test_deferred_backoff_is_spent_in_the_triggerer(
             time.sleep(seconds)
 
     monkeypatch.setattr(job_base, "time", WorkerClock)
-    workspace.set_behaviour(capacity_cancel_message=True)  # evidence that needs no gauge sample
-    with when_sampled(workspace, preempt_cluster, sampled=False):
+    with when_sampled(workspace, preempt_cluster):  # the trigger samples the gauge: the evidence
         run, failures = run_case({"deferrable": True, "resubmit_backoff": 0.5})
     assert str(run.state) == "success", (task_states(run), failures)
     assert xcom_value(run, "invoke")["preemptions"] == 1
