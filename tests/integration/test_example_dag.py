@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +12,20 @@ import pendulum
 import pytest
 
 from airflow_azureml.emulator import Emulator
-from tests.conftest import load_dag, task_states
+from tests.conftest import FAST, load_dag, task_states
 from tests.helpers import preempt, when_running
+from tests.integration.test_exactly_once import preempt_cluster, when_sampled
 
 INTERVAL = pendulum.datetime(2026, 11, 28, tz="UTC")
+# Mini-batches slow enough for a wait to see a job Running and read the cluster's gauge before it ends.
+SLOW_BATCHES = replace(FAST, mini_batch=0.5)
+
+
+@pytest.fixture
+def emulator(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Emulator]:
+    """conftest's emulator; a test may ask for another ``Timing`` (indirect parametrization)."""
+    with Emulator(tmp_path / "emulator", timing=getattr(request, "param", FAST)) as emu:
+        yield emu
 
 
 @pytest.fixture
@@ -31,15 +43,24 @@ def read_report(emulator: Emulator) -> dict[str, Any]:
     )
 
 
-@pytest.mark.parametrize("form", ["canceled", "failed"])
+@pytest.mark.parametrize(
+    ("form", "emulator"),
+    [("canceled", SLOW_BATCHES), ("failed", FAST)],
+    indirect=["emulator"],
+    ids=["canceled", "failed"],
+)
 def test_example_dag_survives_whole_cluster_preemption(example_env: Emulator, form: str) -> None:
     emulator = example_env
     dag = load_dag("low_priority_batch_scoring.py")
     if form == "canceled":
-        # These jobs end before any poll sees them Running, so no gauge sample can be evidence; the
-        # lost-capacity cancel message is (tests/integration/test_exactly_once.py covers the gauge).
-        emulator.set_behaviour(capacity_cancel_message=True)
-    with when_running(emulator, preempt(form)) as preempted:
+        # Azure sends no message for this cancel: only the gauge read while the job runs tells it. The
+        # cluster is preempted once the wait has read the gauge, and the service takes a plausible while
+        # (PREEMPTION_WINDOW) to cancel the job, so the wait reads the gauge up before the job ends.
+        assert emulator.behaviour()["capacity_cancel_message"] is False
+        watching = when_sampled(emulator, preempt_cluster)
+    else:  # Azure's own PreemptionError is evidence whenever it is read
+        watching = when_running(emulator, preempt(form))
+    with watching as preempted:
         run = dag.test(logical_date=INTERVAL)
     assert str(run.state) == "success", task_states(run)
     assert len(preempted) == 1
