@@ -14,6 +14,9 @@ The article's rules:
   ``nvidia.com/gpu`` is an integer, and only in ``limits``. ``nodeSelector`` is a string map.
 - When the extension was installed with a nodeSelector, every instance type's nodeSelector must be a
   subset of it.
+- MLflow model deployments need at least 2 CPU cores and 4 GB of memory requested, or the deployment
+  fails (``check_mlflow_minimum``). "GB" is read as decimal gigabytes (4 x 10^9 bytes), as Kubernetes'
+  ``G``; the document does not say which.
 - A deployment's or job's ``resources`` section needs ``requests.cpu`` and ``requests.memory``
   (memory at least 1 MB). ``limits`` may be left out unless a GPU is wanted; then ``limits.cpu``,
   ``limits.memory`` and ``limits.nvidia.com/gpu`` are all needed. The limits must be "less than" the
@@ -323,3 +326,69 @@ def check_datastore_name(name: Any) -> str:
 
 def is_datastore_name(name: Any) -> bool:
     return isinstance(name, str) and _DATASTORE_NAME.fullmatch(name) is not None
+
+
+# --------------------------------------------------------------------------------- MLflow deployments
+MLFLOW_MIN_CPU_MILLICORES = 2000  # source document 003: "at least 2 CPU cores"
+MLFLOW_MIN_MEMORY_BYTES = 4 * 1000**3  # "and 4 GB of memory" (decimal GB: the document does not say GiB)
+
+
+def check_mlflow_minimum(resources: Any, instance_type: InstanceTypeRecord) -> None:
+    """An MLflow model deployment's requests (its ``resources`` section, else its instance type's) need
+    2 CPU cores and 4 GB, or the deployment fails (source document 003)."""
+    if resources:
+        requests = resources.get("requests") if isinstance(resources, Mapping) else None
+        if not isinstance(requests, Mapping):
+            raise RuleViolation("MLflow deployment: resources.requests (cpu and memory) is required")
+        where = "MLflow deployment: resources.requests"
+    else:
+        requests = instance_type.requests
+        where = f"MLflow deployment on instance type {instance_type.name!r}: requests"
+    for key in ("cpu", "memory"):
+        if requests.get(key) in (None, ""):
+            raise RuleViolation(f"{where}.{key}: is required")
+    cpu = cpu_millicores(requests["cpu"], f"{where}.cpu")
+    memory = memory_bytes(requests["memory"], f"{where}.memory")
+    if cpu < MLFLOW_MIN_CPU_MILLICORES or memory < MLFLOW_MIN_MEMORY_BYTES:
+        raise RuleViolation(
+            f"{where}: cpu {requests['cpu']!r} and memory {requests['memory']!r}; deploying an MLflow model "
+            "needs at least 2 CPU cores and 4 GB of memory"
+        )
+
+
+# -------------------------------------------------------------------------------- names of job parts
+#: Azure ML job (run) names: letters, digits, '-' and '_', starting with a letter or digit, at most 255.
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,254}")
+_MAX_FILE_NAME = 255
+_FORBIDDEN_IN_FILE_NAME = frozenset('/\\:*?"<>|')
+
+
+def check_job_name(name: Any) -> str:
+    """A job name the service accepts; anything else is refused before a job exists."""
+    if not isinstance(name, str) or _JOB_NAME.fullmatch(name) is None:
+        raise RuleViolation(
+            f"Job name {name!r} is invalid: it may contain only letters, digits, '-' and '_', must start "
+            "with a letter or digit, and may be at most 255 characters long."
+        )
+    return name
+
+
+def check_output_file_name(name: Any) -> str:
+    """``outputFileName`` is one file in the output folder: a plain name, never a path.
+
+    Azure's own rule is not documented beyond "a file name"; least convenient case: no separators,
+    no ``.``/``..``, no control or reserved characters, at most 255 characters.
+    """
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or len(name) > _MAX_FILE_NAME
+        or name in (".", "..")
+        or any(ch in _FORBIDDEN_IN_FILE_NAME or ord(ch) < 32 or ord(ch) == 127 for ch in name)
+        or name != name.strip()
+    ):
+        raise RuleViolation(
+            f"Invalid value {name!r} for outputFileName: expected a file name (at most 255 characters, "
+            "no path separators, no '..', no control characters)."
+        )
+    return name

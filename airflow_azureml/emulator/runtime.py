@@ -22,6 +22,9 @@ from airflow_azureml.emulator.azure_rules import (
     DEFAULT_NAME,
     RuleViolation,
     check_datastore_name,
+    check_job_name,
+    check_mlflow_minimum,
+    check_output_file_name,
     check_resources,
     from_compute_entry,
 )
@@ -86,6 +89,7 @@ class Behaviour:
     single_node_eviction_cancels: bool = True  # seed 000/001: a single-node cluster's eviction cancels its jobs
     capacity_cancel_message: bool = False  # a capacity-lost cancel carries a warning text (Azure documents none)
     capacity_cancel_after_seconds: float = 0.0  # how long a job that lost its capacity stays as it was before its end
+    cancel_requested_seconds: float = 0.0  # how long every cancel shows CancelRequested (0: one timing.tick)
     honour_repeatability_id: bool = False  # invoke replays a job for a repeated Repeatability-Request-Id
     immutable_jobs: bool = True  # PUT of an existing job may change only description/tags/displayName/...
     stall_seconds: float = 0.0  # every job, once Running, goes NotResponding this long, then resumes
@@ -151,14 +155,25 @@ class Workspace:
             root.mkdir(parents=True, exist_ok=True)
         return root
 
-    def resolve_uri(self, uri: str) -> Path:
-        """Map ``azureml://datastores/<ds>/paths/<p>`` (or the long ARM form) to a folder under its datastore."""
+    def resolve_uri(self, uri: str, *, existing: bool = False) -> Path:
+        """Map ``azureml://datastores/<ds>/paths/<p>`` (or the long ARM form) to a folder under its datastore.
+
+        ``existing``: the datastore must exist already (``workspaceblobstore`` or a folder under
+        ``DIR/datastores/``), else 404, and nothing is created: what a request's data paths need.
+        """
         match = _DATA_URI.match(uri) if isinstance(uri, str) else None
         if match is None:
             raise EmulatorError(
                 400, "UserError", f"Unsupported data path {uri!r}: use azureml://datastores/<name>/paths/<path>"
             )
-        root = self.datastore_root(match["datastore"]).resolve()
+        root = self.datastore_root(match["datastore"], create=not existing)
+        if existing and match["datastore"] != "workspaceblobstore" and not root.is_dir():
+            raise EmulatorError(
+                404,
+                "UserError",
+                f"Datastore {match['datastore']!r} was not found in the workspace (data path {uri!r}).",
+            )
+        root = root.resolve()
         target = (root / match["path"].strip("/")).resolve()
         if root not in target.parents and target != root:
             raise EmulatorError(400, "UserError", f"Data path {uri!r} escapes its datastore")
@@ -274,13 +289,21 @@ class Workspace:
         if self.behaviour.validate_deployments:
             _BatchSettings.from_deployment(props, {})  # refuse bad settings now, not at the first invoke
         resources = props.get("resources") or {}
-        if compute.compute_type == "Kubernetes":
-            self.check_instance_type(compute, resources.get("instanceType"))
         model = props.get("model") or {}
         asset = model.get("assetId") or ""
         model_name = _model_name_from_asset(asset)
         if model_name and model_name not in self.models:
             raise EmulatorError(400, "UserError", f"Model {model_name!r} is not registered")
+        if compute.compute_type == "Kubernetes":
+            type_name = resources.get("instanceType") or DEFAULT_NAME
+            itype = self.check_instance_type(compute, resources.get("instanceType"))
+            if model_name and not props.get("codeConfiguration") and self._is_mlflow(model_name, asset):
+                try:  # source document 003: an MLflow model needs 2 CPU and 4 GB, or the deployment fails
+                    check_mlflow_minimum(
+                        (resources.get("properties") or {}).get("resources"), from_compute_entry(type_name, itype)
+                    )
+                except RuleViolation as exc:
+                    raise EmulatorError(400, "UserError", str(exc)) from None
         key = (endpoint, name)
         existing = self.deployments.get(key)
         if existing is None:
@@ -289,6 +312,13 @@ class Workspace:
         existing.body = body
         existing.modified = utcnow()
         return existing, False
+
+    def _is_mlflow(self, model_name: str, asset: str) -> bool:
+        """Whether the deployment's model (any registered version, or the one named) is an MLflow model."""
+        versions = self.models.get(model_name) or {}
+        version = asset.rsplit(":", 1)[-1] if asset.count(":") >= 2 else asset.rsplit("/versions/", 1)[-1]
+        chosen = [versions[version]] if version in versions else list(versions.values())
+        return any(str(v.get("modelType", "")).lower() in ("mlflow_model", "mlflowmodel") for v in chosen)
 
     def check_instance_type(self, compute: Compute, instance_type: str | None) -> dict[str, Any]:
         types = compute.instance_types()
@@ -330,23 +360,33 @@ class Workspace:
                 404, "ResourceNotFound", f"Deployment {deployment_name!r} not found on endpoint {endpoint!r}"
             )
         props = body.get("properties") or {}
-        ignore_name = self.deployment_behaviour.get((endpoint, deployment.name), {}).get("ignore_job_name", False)
-        name = (None if ignore_name else props.get("name")) or f"batchjob-{uuid.uuid4()}"
+        dep = dict(deployment.body.get("properties") or {})
+        ignore_name = self.deployment_behaviour.get((endpoint, deployment.name), {}).get(
+            "ignore_job_name",
+            _is_pipeline_component(dep),  # Azure/azure-sdk-for-python#32763
+        )
+        requested = props.get("name")
+        if requested is not None:
+            try:  # a name Azure refuses is refused even where Azure would not use it
+                check_job_name(requested)
+            except RuleViolation as exc:
+                raise EmulatorError(400, "UserError", str(exc)) from None
+        name = (None if ignore_name else requested) or f"batchjob-{uuid.uuid4()}"
         if name in self.jobs:
             raise EmulatorError(409, "UserError", f"A job named {name!r} already exists in this workspace")
-        dep = dict(deployment.body.get("properties") or {})
         binding = props.get("compute") or {}
         settings = _BatchSettings.from_deployment(dep, props)  # 400 on a bad override, before any job exists
         inputs = props.get("inputData") or props.get("inputDataset") or {}
         input_uri = _first_input_uri(inputs)
         if not input_uri:
             raise EmulatorError(400, "UserError", "The invocation has no input data")
-        input_dir = self.resolve_uri(input_uri)
+        input_dir = self.resolve_uri(input_uri, existing=True)
         if not input_dir.exists():
             raise EmulatorError(400, "UserError", f"Input path {input_uri!r} does not exist")
         if not any(p.is_file() for p in input_dir.rglob("*")):
             raise EmulatorError(400, "UserError", f"No input files found under {input_uri!r}")
         output_uri = _output_uri(props, name)
+        self.resolve_uri(output_uri, existing=True)  # 400/404 now, not a job that fails when it writes
         compute = _short_name(binding.get("target")) or _short_name(dep.get("compute")) or ""
         if compute not in self.computes:
             raise EmulatorError(400, "UserError", f"Compute {compute!r} not found in the workspace")
@@ -499,7 +539,7 @@ class Workspace:
         return job
 
     async def _finish_cancel(self, job: Job) -> None:
-        await asyncio.sleep(self.timing.tick)
+        await asyncio.sleep(self.behaviour.cancel_requested_seconds or self.timing.tick)
         if job.status == "CancelRequested":
             self._end_job(job, "Canceled")
 
@@ -586,7 +626,7 @@ class Workspace:
                 raise _JobEnded()
             mine = [n for n in compute.nodes if n.job_name == job.name]
             missing = settings.instance_count - len(mine)
-            if missing > 0:
+            if missing > 0 and job.status != "CancelRequested":  # a job being canceled takes no new nodes
                 for node in self._allocate(compute, job, missing):
                     self._spawn(self._start_node(node))
                 mine = [n for n in compute.nodes if n.job_name == job.name]
@@ -629,6 +669,8 @@ class Workspace:
             self._fail_batch(job, settings, failures, failed_files, len(files))
             return
         await self._while_stalled(job)
+        if job.status == "CancelRequested":
+            return  # the cancel ends it (_finish_cancel), not the last mini-batch
         job.set_status("Finalizing")
         if failures and not results:
             self._end_job(job, "Failed", error={"code": "UserError", "message": NO_RESULT_MESSAGE})
@@ -674,11 +716,15 @@ class Workspace:
 
     def _write_output(self, job: Job, file_name: str, rows: list[str]) -> None:
         folder = self.resolve_uri(job.output_uri or "")
+        check_output_file_name(file_name)  # checked when written; again here so that nothing lands elsewhere
+        target = (folder / file_name).resolve()
+        if target.parent != folder:
+            raise RuntimeError(f"The output file {file_name!r} is not inside the output folder")
         tmp = folder / f".{file_name}.{job.name}.tmp"
         try:
             folder.mkdir(parents=True, exist_ok=True)
             tmp.write_text("".join(r if r.endswith("\n") else r + "\n" for r in rows))
-            tmp.replace(folder / file_name)
+            tmp.replace(target)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise RuntimeError(f"Cannot write the output file {file_name!r}: {exc.strerror or exc}") from None
@@ -702,6 +748,8 @@ class Workspace:
             await self._while_stalled(job)
             if compute.compute_type == "AmlCompute" and not any(n.job_name == job.name for n in compute.nodes):
                 return  # preempted: the preemption already ended the job
+            if job.status == "CancelRequested":
+                return  # the cancel ends it
             self._end_job(job, "Completed")
         except asyncio.CancelledError:
             return
@@ -792,7 +840,9 @@ class Workspace:
             if form == "canceled":
                 if self.behaviour.capacity_cancel_message:
                     job.warnings.append({"source": "capacity", "message": CAPACITY_LOST_MESSAGE})
-                self._end_job(job, "Canceled")
+                # through CancelRequested, as a person's cancel goes: a poller cannot tell them apart by status
+                job.set_status("CancelRequested")
+                self._spawn(self._finish_cancel(job))
             else:
                 self._end_job(job, "Failed", error={"code": "UserError", "message": PREEMPTION_ERROR_MESSAGE})
             ended.append(job.name)
@@ -872,11 +922,26 @@ class _BatchSettings:
             max_retries=_int_setting("retrySettings.maxRetries", None, retry.get("maxRetries"), 3, 0),
             timeout=timeout,
             output_action="append_row" if action.lower() in ("appendrow", "append_row") else "summary_only",
-            output_file_name=str(invoke.get("outputFileName") or dep.get("outputFileName") or "predictions.csv"),
+            output_file_name=_output_file_name(invoke.get("outputFileName") or dep.get("outputFileName")),
             error_threshold=_int_setting(
                 "errorThreshold", invoke.get("errorThreshold"), dep.get("errorThreshold"), -1, -1
             ),
         )
+
+
+def _output_file_name(value: Any) -> str:
+    try:
+        return check_output_file_name("predictions.csv" if value is None or value == "" else value)
+    except RuleViolation as exc:
+        raise EmulatorError(400, "UserError", str(exc)) from None
+
+
+def _is_pipeline_component(dep: dict[str, Any]) -> bool:
+    """A pipeline-component deployment (REST ``deploymentConfiguration.deploymentConfigurationType``)."""
+    config = dep.get("deploymentConfiguration") or {}
+    return (
+        isinstance(config, dict) and str(config.get("deploymentConfigurationType", "")).lower() == "pipelinecomponent"
+    )
 
 
 def _bad_setting(field_name: str, value: Any, wanted: str) -> EmulatorError:

@@ -174,16 +174,21 @@ def test_capacity_lost_cancel_is_told_apart_only_by_node_counts(
     emulator: Emulator, azureml_conn: dict[str, Any]
 ) -> None:
     ml = setup_workspace(AzureMLHook())
+    # CancelRequested long enough that every poller sees it; evicted nodes kept until the end (the evidence)
+    emulator.set_behaviour(cancel_requested_seconds=1.0, preempted_node_release_seconds=30)
     write_heart_csvs(emulator.datastore_path("inputs/lost"), files=40, rows_per_file=3)
     user = invoke(ml, "inputs/lost", "job-cancel-user")
     wait_status(emulator, user, "Running")
-    ml.jobs.begin_cancel(user).result()
-    assert wait_terminal(ml, user) == "Canceled"
+    ml.jobs.begin_cancel(user)
+    user_seen = poll_statuses(ml, user)
     lost = invoke(ml, "inputs/lost", "job-cancel-lost")
     wait_status(emulator, lost, "Running")
     until(lambda: compute_props(ml, emulator).current_node_count == 2, "the job's nodes")
     assert emulator.preempt_cluster(CLUSTER, form="canceled") == [lost]
-    assert wait_terminal(ml, lost) == "Canceled"
+    lost_seen = poll_statuses(ml, lost)
+    # what a poller sees after Running is the same for both: CancelRequested, then Canceled
+    after_running = ([s for s in user_seen if s != "Running"], [s for s in lost_seen if s != "Running"])
+    assert after_running == (["CancelRequested", "Canceled"], ["CancelRequested", "Canceled"]), (user_seen, lost_seen)
     user_details, lost_details = run_history(ml, user), run_history(ml, lost)
     assert (user_details.error, lost_details.error) == (None, None)
     assert user_details.warnings == lost_details.warnings == []
@@ -550,6 +555,7 @@ def test_behaviour_api_lists_every_switch(emulator: Emulator) -> None:
         "preempted_node_release_seconds",
         "capacity_cancel_message",
         "capacity_cancel_after_seconds",
+        "cancel_requested_seconds",
         "honour_repeatability_id",
         "immutable_jobs",
         "stall_seconds",
@@ -559,3 +565,188 @@ def test_behaviour_api_lists_every_switch(emulator: Emulator) -> None:
         assert key in switches
     with pytest.raises(requests.HTTPError):
         control(emulator, "POST", "/_emulator/behaviour", {"no_such_switch": True})
+
+
+# ------------------------------------------------------- refused before any job
+def post_invoke(emulator: Emulator, props: dict[str, Any]) -> requests.Response:
+    """The invoke POST exactly as the SDK sends it, with an azure-identity token for the data plane."""
+    from tests.integration.test_emulator_protocol import ml_token
+
+    return requests.post(
+        f"{emulator.base_url}/inference/batch/{ENDPOINT}/jobs",
+        json={"properties": props},
+        headers={"Authorization": f"Bearer {ml_token(emulator)}", "azureml-model-deployment": DEPLOYMENT},
+        verify=emulator.ca_cert,
+        timeout=30,
+    )
+
+
+def arm(emulator: Emulator, method: str, suffix: str, body: Any = None) -> requests.Response:
+    """An ARM call on the workspace with an azure-identity token for ARM's audience."""
+    from tests.integration.test_emulator_protocol import token, ws_url
+
+    return requests.request(
+        method,
+        ws_url(emulator, suffix),
+        params={"api-version": "2024-10-01"},
+        json=body,
+        headers={"Authorization": f"Bearer {token(emulator, f'{emulator.base_url}/.default')}"},
+        verify=emulator.ca_cert,
+        timeout=30,
+    )
+
+
+BAD_FILE_NAMES = ["../../../../x.csv", "/tmp/pwned.csv", "a/b.csv", "a\\b.csv", "..", "x\n.csv", "x" * 256]
+
+
+@pytest.mark.parametrize("file_name", BAD_FILE_NAMES, ids=range(len(BAD_FILE_NAMES)))
+def test_deployment_output_file_name_must_be_a_plain_name(
+    emulator: Emulator, azureml_conn: dict[str, Any], file_name: str
+) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    ml = setup_workspace(AzureMLHook())
+    deployment = ml.batch_deployments.get(name=DEPLOYMENT, endpoint_name=ENDPOINT)
+    deployment.output_file_name = file_name
+    with pytest.raises(HttpResponseError) as excinfo:
+        ml.batch_deployments.begin_create_or_update(deployment).result()
+    assert excinfo.value.status_code == 400 and "outputFileName" in str(excinfo.value)
+    assert ml.batch_deployments.get(name=DEPLOYMENT, endpoint_name=ENDPOINT).output_file_name != file_name
+
+
+def test_invoke_output_file_name_override_is_checked_and_leaves_no_job(
+    emulator: Emulator, azureml_conn: dict[str, Any], tmp_path: Path
+) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/fname"), files=1, rows_per_file=3)
+    inputs = {
+        "heart_dataset": {
+            "jobInputType": "uri_folder",
+            "uri": "azureml://datastores/workspaceblobstore/paths/inputs/fname/",
+        }
+    }
+    for index, file_name in enumerate(["../../../../x.csv", str(tmp_path / "pwned.csv")]):
+        response = post_invoke(emulator, {"name": f"fname-{index}", "inputData": inputs, "outputFileName": file_name})
+        assert response.status_code == 400, response.text
+        assert (
+            response.json()["error"]["code"] == "UserError" and "outputFileName" in response.json()["error"]["message"]
+        )
+    # a deployment stored while validation was off is refused at invoke, before a job exists
+    emulator.set_behaviour(validate_deployments=False)
+    deployment = ml.batch_deployments.get(name=DEPLOYMENT, endpoint_name=ENDPOINT)
+    deployment.output_file_name = str(tmp_path / "pwned.csv")
+    ml.batch_deployments.begin_create_or_update(deployment).result()
+    response = post_invoke(emulator, {"name": "fname-stored", "inputData": inputs})
+    assert response.status_code == 400, response.text
+    assert emulator.jobs() == []
+    assert not (tmp_path / "pwned.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("output_uri", "status"),
+    [
+        ("azureml://datastores/../paths/x/", 400),
+        ("https://example.com/x/", 400),
+        ("azureml://datastores/workspaceblobstore/paths/../../x/", 400),
+        ("azureml://datastores/nosuchstore/paths/x/", 404),
+    ],
+    ids=["dotdot-datastore", "not-azureml", "climbs-out", "unknown-datastore"],
+)
+def test_invoke_with_a_bad_output_leaves_no_job(
+    emulator: Emulator, azureml_conn: dict[str, Any], output_uri: str, status: int
+) -> None:
+    setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/badout"), files=1, rows_per_file=3)
+    inputs = {
+        "heart_dataset": {
+            "jobInputType": "uri_folder",
+            "uri": "azureml://datastores/workspaceblobstore/paths/inputs/badout/",
+        }
+    }
+    outputs = {"score": {"jobOutputType": "uri_folder", "uri": output_uri}}
+    response = post_invoke(emulator, {"name": "job-badout", "inputData": inputs, "outputData": outputs})
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == "UserError"
+    assert emulator.jobs() == []
+    assert sorted(p.name for p in (emulator.data_dir / "datastores").iterdir()) == ["workspaceblobstore"]
+
+
+def test_invoke_into_an_unknown_input_datastore_creates_nothing(
+    emulator: Emulator, azureml_conn: dict[str, Any]
+) -> None:
+    setup_workspace(AzureMLHook())
+    inputs = {"heart_dataset": {"jobInputType": "uri_folder", "uri": "azureml://datastores/nosuchstore/paths/in/"}}
+    response = post_invoke(emulator, {"name": "job-noinput", "inputData": inputs})
+    assert response.status_code == 404, response.text
+    assert emulator.jobs() == []
+    assert not (emulator.data_dir / "datastores" / "nosuchstore").exists()
+
+
+def test_output_into_a_registered_datastore_folder_works(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/otherds"), files=1, rows_per_file=3)
+    (emulator.data_dir / "datastores" / "otherstore").mkdir()
+    inputs = {
+        "heart_dataset": {
+            "jobInputType": "uri_folder",
+            "uri": "azureml://datastores/workspaceblobstore/paths/inputs/otherds/",
+        }
+    }
+    outputs = {"score": {"jobOutputType": "uri_folder", "uri": "azureml://datastores/otherstore/paths/out/"}}
+    response = post_invoke(emulator, {"name": "job-otherds", "inputData": inputs, "outputData": outputs})
+    assert response.status_code == 200, response.text
+    assert wait_terminal(ml, "job-otherds") == "Completed"
+    assert (emulator.data_dir / "datastores" / "otherstore" / "out" / "predictions.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    "job_name", ["bad name/with..slash", "-leading-dash", "_leading_underscore", "dots.in.name", "x" * 256, "ünï"]
+)
+def test_invoke_refuses_a_job_name_azure_refuses(
+    emulator: Emulator, azureml_conn: dict[str, Any], job_name: str
+) -> None:
+    setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/jobname"), files=1, rows_per_file=3)
+    inputs = {
+        "heart_dataset": {
+            "jobInputType": "uri_folder",
+            "uri": "azureml://datastores/workspaceblobstore/paths/inputs/jobname/",
+        }
+    }
+    response = post_invoke(emulator, {"name": job_name, "inputData": inputs})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "UserError"
+    assert emulator.jobs() == []
+
+
+def test_pipeline_component_deployment_ignores_the_job_name_by_default(
+    emulator: Emulator, azureml_conn: dict[str, Any]
+) -> None:
+    ml = setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("inputs/pcd"), files=1, rows_per_file=3)
+    suffix = f"/batchEndpoints/{ENDPOINT}/deployments/{DEPLOYMENT}"
+    body = arm(emulator, "GET", suffix).json()
+    body["properties"]["deploymentConfiguration"] = {
+        "deploymentConfigurationType": "PipelineComponent",
+        "componentId": {"referenceType": "Id", "assetId": "azureml:score_pipeline:1"},
+    }
+    put = arm(emulator, "PUT", suffix, {k: body[k] for k in ("location", "properties") if k in body})
+    assert put.status_code in (200, 201), put.text
+    name = invoke(ml, "inputs/pcd", "wanted-pcd")
+    assert name != "wanted-pcd"  # issue 32763: the service chose its own name
+    assert wait_terminal(ml, name) == "Completed"
+    emulator.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=False)  # the explicit switch wins
+    assert invoke(ml, "inputs/pcd", "wanted-pcd") == "wanted-pcd"
+
+
+def poll_statuses(ml: Any, name: str, timeout: float = 60) -> list[str]:
+    """The distinct statuses a poller sees, in order, until the job ends."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = status_of(ml, name)
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        if status in ("Completed", "Failed", "Canceled"):
+            return seen
+    raise AssertionError(f"job {name} did not end; saw {seen}")

@@ -682,3 +682,83 @@ def test_provider_and_emulator_agree_on_resources(case: str, resources: Any, acc
     except RuleViolation:
         emulator = False
     assert (provider, emulator) == (accepted, accepted), case
+
+
+# MLflow deployments (no scoring script) need at least 2 CPU cores and 4 GB requested (source document 003).
+# A row with an instance-type spec checks a deployment with no resources section on that instance type.
+BIG_TYPE_SPEC = _spec({"cpu": "2", "memory": "4Gi"}, {"cpu": "4", "memory": "8Gi"})
+MLFLOW_CASES: list[tuple[str, Any, Any, bool]] = [
+    # (case, deployment resources, instance type spec when resources is None, accepted)
+    ("2 cores and 4 GB", {"requests": {"cpu": "2", "memory": "4G"}}, None, True),
+    ("2000m and 4Gi", {"requests": {"cpu": "2000m", "memory": "4Gi"}}, None, True),
+    ("more than the minimum", {"requests": {"cpu": "3.5", "memory": "16Gi"}}, None, True),
+    ("1900m", {"requests": {"cpu": "1900m", "memory": "8Gi"}}, None, False),
+    ("one core", {"requests": {"cpu": "1", "memory": "4Gi"}}, None, False),
+    ("3999M", {"requests": {"cpu": "2", "memory": "3999M"}}, None, False),
+    ("3Gi", {"requests": {"cpu": "4", "memory": "3Gi"}}, None, False),
+    ("no requests", {"limits": {"cpu": "4", "memory": "8Gi"}}, None, False),
+    ("instance type with 2 cores and 4Gi", None, BIG_TYPE_SPEC, True),
+    ("the document's myinstancetypename (700m, 1500Mi)", None, DOC_SPEC, False),
+    (
+        "the built-in default (100m, 2Gi)",
+        None,
+        _spec({"cpu": "100m", "memory": "2Gi"}, {"cpu": "2", "memory": "2Gi"}),
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "resources", "type_spec", "accepted"), MLFLOW_CASES, ids=[c[0] for c in MLFLOW_CASES])
+def test_provider_and_emulator_agree_on_the_mlflow_minimum(
+    case: str, resources: Any, type_spec: Any, accepted: bool
+) -> None:
+    from airflow_azureml.emulator.azure_rules import RuleViolation, check_instance_type, check_mlflow_minimum
+    from airflow_azureml.instance_types import check_mlflow_minimum as provider_check
+    from airflow_azureml.instance_types import load_instance_types
+
+    spec = type_spec if type_spec is not None else BIG_TYPE_SPEC
+    document = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InstanceType", "metadata": {"name": "chosen"}}
+    (provider_type,) = load_instance_types({**document, "spec": spec})
+    try:
+        provider_check(resources if resources is not None else provider_type)
+        provider = True
+    except AzureMLConfigError:
+        provider = False
+    try:
+        check_mlflow_minimum(resources, check_instance_type("chosen", spec))
+        emulator = True
+    except RuleViolation:
+        emulator = False
+    assert (provider, emulator) == (accepted, accepted), case
+
+
+def test_mlflow_deployment_on_a_small_instance_type_is_refused(
+    emulator: Emulator, azureml_conn: dict[str, Any], kubeconfig: Path
+) -> None:
+    apply(DOC_LIST_YAML + "---\n" + DOC_SINGLE_YAML, kubeconfig=str(kubeconfig))
+    attach_kubernetes_compute()
+    endpoint = arm(
+        emulator, "PUT", "/batchEndpoints/k8s-ep", json={"location": "eastus", "properties": {"authMode": "AADToken"}}
+    )
+    assert endpoint.ok, endpoint.text
+
+    def deployment(name: str, instance_type: str, **extra: Any) -> requests.Response:
+        props = {
+            "compute": f"azureml:{CLUSTER}",
+            "model": {"referenceType": "Id", "assetId": "azureml:heart-classifier:1"},  # an MLflow model
+            "resources": {"instanceCount": 1, "instanceType": instance_type},
+            **extra,
+        }
+        return arm(
+            emulator,
+            "PUT",
+            f"/batchEndpoints/k8s-ep/deployments/{name}",
+            json={"location": "eastus", "properties": props},
+        )
+
+    refused = deployment("mlflow-small", "cpusmall")
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "UserError" and "MLflow" in refused.json()["error"]["message"]
+    # a scoring script makes it a custom deployment: the minimum does not apply
+    script = {"codeConfiguration": {"codeId": "azureml:code:1", "scoringScript": "score.py"}}
+    assert deployment("custom-small", "cpusmall", **script).ok
