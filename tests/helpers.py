@@ -42,5 +42,17 @@ def when_running(
         thread.join(timeout=5)
 
 
+# A plausible whole-cluster preemption: the service cancels the job a while after its nodes went (capacity
+# stays gone meanwhile) and the nodes count as preempted until then, so a wait can read the gauge up while
+# the job still runs: the only evidence of this cancel, as Azure sends no message. The emulator's default
+# (0 s: the job ends at once) leaves none.
+PREEMPTION_WINDOW = {"capacity_cancel_after_seconds": 2.0, "preempted_node_release_seconds": 4.0}
+
+
 def preempt(form: str = "canceled") -> Callable[[Emulator, str], object]:
-    return lambda emulator, _job: emulator.preempt_cluster("low-pri-cluster", form=form)
+    def action(emulator: Emulator, _job: str) -> object:
+        if form == "canceled":
+            emulator.set_behaviour(**PREEMPTION_WINDOW)
+        return emulator.preempt_cluster("low-pri-cluster", form=form)
+
+    return action

@@ -16,7 +16,7 @@ from airflow_azureml.hooks import AzureMLHook
 from airflow_azureml.triggers.job import AzureMLJobTrigger
 from airflow_azureml.triggers.poller import WorkspacePoller
 from tests.conftest import load_dag, task_states
-from tests.helpers import preempt, when_running
+from tests.helpers import PREEMPTION_WINDOW, preempt, when_running
 from tests.integration.test_emulator_sdk import invoke, setup_workspace
 from tests.integration.test_example_dag import INTERVAL, read_report
 from tests.integration.test_waits import invoke_tagged
@@ -175,6 +175,7 @@ def preempt_after_a_gauge_sample(form: str = "canceled") -> Any:
             if reads:
                 break
             time.sleep(0.01)
+        emulator.set_behaviour(**PREEMPTION_WINDOW)  # the job ends a while after: the wait sees the gauge up
         return emulator.preempt_cluster("low-pri-cluster", form=form)
 
     return action

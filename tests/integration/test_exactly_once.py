@@ -22,6 +22,7 @@ import pytest
 from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
+from tests.helpers import PREEMPTION_WINDOW
 from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
 
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
@@ -156,14 +157,8 @@ def when_sampled(
         thread.join(timeout=5)
 
 
-# A plausible whole-cluster preemption: the service ends the job a while after its nodes went (capacity
-# stays gone meanwhile), and the nodes count as preempted until then, so the wait can read the gauge up
-# while the job still runs. The emulator's default (0 s: the job ends at once) leaves no evidence at all.
-PREEMPTION_WINDOW = {"capacity_cancel_after_seconds": 2.0, "preempted_node_release_seconds": 4.0}
-
-
 def preempt_cluster(emulator: Emulator, _job: str) -> None:
-    emulator.set_behaviour(**PREEMPTION_WINDOW)
+    emulator.set_behaviour(**PREEMPTION_WINDOW)  # a plausible while before the cancel: the gauge is seen up
     emulator.preempt_cluster(CLUSTER, form="canceled")
 
 
