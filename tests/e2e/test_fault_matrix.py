@@ -220,19 +220,45 @@ def test_clear_after_success_submits_nothing(e2e: E2E) -> None:
     assert_exactly_once(result, jobs=before)
 
 
+def gauge_read_while_running(e2e: E2E, job: Any) -> bool:
+    """A wait has read the cluster's gauge since the job started: a rise seen later is the evidence."""
+    since = job.started.timestamp() if job.started is not None else time.time()
+    return any(
+        r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
+        for r in e2e.emulator.requests()
+    )
+
+
 def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
     preempted: list[str] = []
 
     def fault(run_id: str, interval: str) -> None:
         for _ in range(2):
             job = wait_until(
-                lambda: next((j for j in running_jobs(e2e, interval) if j.name not in preempted), None),
-                what="a running job",
+                lambda: next(
+                    (
+                        j
+                        for j in running_jobs(e2e, interval)
+                        if j.name not in preempted and gauge_read_while_running(e2e, j)
+                    ),
+                    None,
+                ),
+                what="a running job whose wait read the gauge",
             )
             preempted.append(job.name)
             e2e.emulator.preempt_cluster(CLUSTER, "canceled")
 
-    _, interval, state = run_example(e2e, "2026-11-06T00:00:00+00:00", during=fault)
+    # Azure sends no message for this cancel: the waits (1 s polls) must see the gauge up while the jobs
+    # still run, so the service takes a plausible while to cancel them (capacity gone meanwhile).
+    before = e2e.emulator.behaviour()
+    e2e.emulator.set_behaviour(capacity_cancel_after_seconds=8.0, preempted_node_release_seconds=10.0)
+    try:
+        _, interval, state = run_example(e2e, "2026-11-06T00:00:00+00:00", during=fault)
+    finally:
+        e2e.emulator.set_behaviour(
+            capacity_cancel_after_seconds=before["capacity_cancel_after_seconds"],
+            preempted_node_release_seconds=before["preempted_node_release_seconds"],
+        )
     ended = [j for j in e2e.jobs_for(interval) if j.status == "Canceled"]  # every job running on the cluster
     result = e2e.record(
         "whole-cluster preemption twice in a row",
