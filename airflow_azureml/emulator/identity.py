@@ -170,7 +170,15 @@ def aad_error(status: int, error: str, code: int, description: str) -> web.Respo
     return web.json_response(body, status=status)
 
 
-def add_identity_routes(app: web.Application, identity: Identity, base_url: str) -> None:
+def add_identity_routes(
+    app: web.Application,
+    identity: Identity,
+    base_url: str,
+    known_resources: Callable[[], frozenset[str]] | None = None,
+) -> None:
+    """Entra's token endpoint. ``known_resources``: the resources (audiences) tokens are issued for;
+    Entra refuses any other (AADSTS500011). None: any resource (a bare ``Identity`` in unit use)."""
+
     async def instance_discovery(request: web.Request) -> web.Response:
         host = base_url.split("://", 1)[1]
         return web.json_response(
@@ -222,7 +230,31 @@ def add_identity_routes(app: web.Application, identity: Identity, base_url: str)
                 "Invalid client secret provided. Ensure the secret being sent in the request is the "
                 f"client secret value, not the client secret ID, for a secret added to app '{client_id}'.",
             )
-        scope = str(form.get("scope", "https://management.azure.com/.default")).split()[0]
+        scopes = str(form.get("scope") or "").split()
+        if not scopes:  # Entra has no default scope
+            return aad_error(
+                400, "invalid_request", 900144, "The request body must contain the following parameter: 'scope'."
+            )
+        scope = scopes[0]
+        if not scope.endswith("/.default"):
+            return aad_error(
+                400,
+                "invalid_scope",
+                1002012,
+                f"The provided value for scope {scope} is not valid. Client credential flows must have a scope "
+                "value with /.default suffixed to the resource identifier (application ID URI).",
+            )
+        resource = scope[: -len("/.default")]
+        if known_resources is not None and resource.rstrip("/") not in {r.rstrip("/") for r in known_resources()}:
+            return aad_error(
+                400,
+                "invalid_resource",
+                500011,
+                f"The resource principal named {resource} was not found in the tenant named {identity.tenant_id}. "
+                "This can happen if the application has not been installed by the administrator of the tenant or "
+                "consented to by any user in the tenant. You might have sent your authentication request to the "
+                "wrong tenant.",
+            )
         return web.json_response(identity.issue(client_id, scope))
 
     app.router.add_get("/common/discovery/instance", instance_discovery)

@@ -169,7 +169,8 @@ class Emulator:
             identity=self.identity,
             request_log=self.request_log,
         )
-        add_identity_routes(app, self.identity, self.base_url)
+        check = self.audience_check
+        add_identity_routes(app, self.identity, self.base_url, lambda: check.arm | check.ml | check.kubernetes)
         self.routes.add_to(app)
         KubernetesRoutes(self.workspace, kubeconfig_writer=self._write_kubeconfig).add_to(app)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

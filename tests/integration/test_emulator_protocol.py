@@ -271,6 +271,35 @@ def test_audience_check_is_a_switch(emulator: Emulator) -> None:
     assert response.status_code == 404  # not 401: the check is off, and the endpoint does not exist
 
 
+def test_token_endpoint_refuses_a_missing_scope_and_unknown_resources(emulator: Emulator) -> None:
+    from azure.core.exceptions import ClientAuthenticationError
+
+    url = f"{emulator.base_url}/{emulator.tenant_id}/oauth2/v2.0/token"
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": emulator.client_id,
+        "client_secret": emulator.client_secret,
+    }
+    missing = requests.post(url, data=form, verify=emulator.ca_cert, timeout=30)
+    assert missing.status_code == 400 and missing.json()["error_codes"] == [900144], missing.text
+    assert "'scope'" in missing.json()["error_description"]
+    for scope in ("https://storage.azure.com/.default", "https://vault.azure.net/.default", "api://nobody/.default"):
+        with pytest.raises(ClientAuthenticationError) as err:
+            token(emulator, scope)
+        assert "AADSTS500011" in str(err.value), scope
+    # the three audiences, in the forms the SDK and azure-identity ask for, are issued
+    from airflow_azureml.emulator.identity import KUBERNETES_AUDIENCE
+
+    for scope in (
+        f"{emulator.base_url}/.default",
+        f"{emulator.base_url}//.default",
+        f"{emulator.ml_audience}/.default",
+        f"{emulator.ml_audience}//.default",
+        f"{KUBERNETES_AUDIENCE}/.default",
+    ):
+        assert token(emulator, scope), scope
+
+
 # ---------------------------------------------------------------------------------------------- kubectl
 MY_INSTANCE_TYPE = """\
 apiVersion: amlarc.azureml.com/v1alpha1
