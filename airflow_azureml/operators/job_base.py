@@ -243,8 +243,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def _close_gauge(self, snapshot: JobSnapshot, gauge: GaugeEvidence | None) -> GaugeEvidence | None:
         """A job seen Canceled after the gauge was sampled while it ran: read the gauge once more, now.
 
-        Azure cancels a job whose cluster lost its nodes at once, and those nodes stay counted as
-        preempted until they are deallocated, so this read bounds the run. One read per cancelled job.
+        Logged with the verdict, never evidence: taken after the end (on the deferred path possibly
+        minutes later), it may count another job's nodes. One read per cancelled job.
         """
         if snapshot.status != "Canceled" or gauge is None or gauge.samples < 1 or gauge.at_end is not None:
             return gauge
