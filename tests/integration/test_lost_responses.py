@@ -39,7 +39,9 @@ def workspace(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path
 
 
 @pytest.fixture
-def run_dag(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, tmp_path: Path, monkeypatch):
+def run_dag(
+    emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Any:
     failures = tmp_path / "failures.jsonl"
     monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
 
