@@ -329,7 +329,9 @@ def test_deferred_backoff_is_spent_in_the_triggerer(
             time.sleep(seconds)
 
     monkeypatch.setattr(job_base, "time", WorkerClock)
-    with when_sampled(workspace, preempt_cluster):  # the trigger samples the gauge: the evidence
+    # mini-batches slow enough for the trigger to sample the gauge (the evidence) before the job ends
+    workspace.call(lambda: setattr(workspace.workspace.timing, "mini_batch", 0.3))
+    with when_sampled(workspace, preempt_cluster):
         run, failures = run_case({"deferrable": True, "resubmit_backoff": 0.5})
     assert str(run.state) == "success", (task_states(run), failures)
     assert xcom_value(run, "invoke")["preemptions"] == 1
