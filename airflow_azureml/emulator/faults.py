@@ -18,6 +18,7 @@ ROUTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "job_put": (r"/workspaces/[^/]+/jobs/[^/]+$", ("PUT",)),
     "compute_put": (r"/workspaces/[^/]+/computes/[^/]+$", ("PUT",)),
     "cancel": (r"/workspaces/[^/]+/jobs/[^/]+/cancel$", ("POST",)),
+    "token": (r"/oauth2/v2\.0/token$", ("POST",)),  # Entra ID's token endpoint (an outage)
 }
 
 
@@ -88,8 +89,13 @@ class FaultRule:
     def exhausted(self) -> bool:
         return self.count is not None and self.hits >= self.count
 
-    def matches(self, method: str, path: str, rng: random.Random) -> bool:
-        if self.exhausted():
+    @property
+    def targets_identity(self) -> bool:
+        """Identity routes are faulted only by a rule aimed at them (``route="token"`` or an oauth2 path)."""
+        return "oauth2" in self.path
+
+    def matches(self, method: str, path: str, rng: random.Random, identity: bool = False) -> bool:
+        if self.exhausted() or identity != self.targets_identity:
             return False
         if self.methods and method.upper() not in self.methods:
             return False
@@ -114,9 +120,9 @@ class FaultPlan:
     def clear(self) -> None:
         self.rules.clear()
 
-    def pick(self, method: str, path: str) -> FaultRule | None:
+    def pick(self, method: str, path: str, identity: bool = False) -> FaultRule | None:
         self.rules = [r for r in self.rules if not r.exhausted()]
         for rule in self.rules:
-            if rule.matches(method, path, self.rng):
+            if rule.matches(method, path, self.rng, identity):
                 return rule
         return None

@@ -250,8 +250,8 @@ class Emulator:
                 )
             entry.update(token_principal(token))  # who: the request log names the caller of every request
         fault = None
-        if not request.path.startswith("/_emulator/") and not is_identity:
-            fault = self.faults.pick(request.method, request.path)
+        if not request.path.startswith("/_emulator/"):
+            fault = self.faults.pick(request.method, request.path, identity=is_identity)
             if fault is not None:
                 entry["fault"] = fault.label
                 if fault.when == "before":

@@ -627,7 +627,7 @@ def test_token_endpoint_down_for_2_minutes_while_20_jobs_wait(e2e: E2E) -> None:
     def fault(run_id: str, interval: str) -> None:
         try:
             held_queued(e2e, run_id, interval, MANY["partitions"])
-            e2e.emulator.add_fault(kind="status", status=503, path="/oauth2/", count=None)
+            e2e.emulator.add_fault(kind="status", status=503, route="token", count=None)
             e2e.emulator.expire_tokens()  # every client needs a new token during the outage
             outage.append(time.monotonic())
         finally:

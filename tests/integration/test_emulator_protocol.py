@@ -543,3 +543,20 @@ def test_emulator_imports_no_provider_code() -> None:
 def test_each_emulator_module_imports_alone(module: str) -> None:
     result = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_token_endpoint_can_be_taken_down_and_only_by_a_rule_aimed_at_it(emulator: Emulator) -> None:
+    """An Entra ID outage (route ``token``): azure-identity gets a 503; ARM routes are not touched by it,
+    and a catch-all ARM fault never hits the token endpoint."""
+    from azure.core.exceptions import ClientAuthenticationError
+
+    emulator.add_fault(kind="status", status=503, route="token", count=None)
+    with pytest.raises(ClientAuthenticationError):
+        token(emulator, f"{emulator.base_url}/.default")
+    served = [r for r in emulator.requests() if "/oauth2/" in r["path"] and r.get("fault")]
+    assert served and all(r["status"] == 503 for r in served)
+    emulator.clear_faults()
+    bearer = token(emulator, f"{emulator.base_url}/.default")
+    emulator.add_fault(kind="status", status=500, count=None)  # every ARM route, not identity
+    assert token(emulator, f"{emulator.base_url}//.default")
+    assert get(emulator, ws_url(emulator), bearer).status_code == 500
