@@ -7,6 +7,7 @@ same code paths as in production.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
 import shutil
@@ -53,22 +54,38 @@ class Postgres:
     def __init__(self, base: Path) -> None:
         self.base = base
         self.as_root = os.geteuid() == 0
-        self.dir = Path(tempfile.mkdtemp(prefix=self.PREFIX)) if self.as_root else base / "pgdata"
+        self._lock: Any = None
+        if self.as_root:
+            # <tmp>/<PREFIX>XXXX/{lock,data}: the lock is held while this run lives, so another
+            # run's clean-up never removes a live run's folder (not even during its initdb).
+            self.holder = Path(tempfile.mkdtemp(prefix=self.PREFIX))
+            self.holder.chmod(0o711)  # the postgres user may pass through to data/, nothing more
+            self._lock = open(self.holder / "lock", "w")  # noqa: SIM115 - held for the run's life
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.dir = self.holder / "data"
+        else:
+            self.holder = None
+            self.dir = base / "pgdata"
         self.port = free_port()
         self.url = f"postgresql+psycopg2://airflow@127.0.0.1:{self.port}/airflow"
 
     @classmethod
     def remove_stale(cls) -> None:
-        """Data dirs of servers that no longer run (a run killed before its teardown)."""
+        """Folders of runs that were killed before their teardown: nobody holds their lock any more."""
         for folder in Path(tempfile.gettempdir()).glob(cls.PREFIX + "*"):
-            pid_file = folder / "postmaster.pid"
+            lock_path = folder / "lock"
+            if not lock_path.is_file():
+                continue  # not one of ours, or a run still between mkdtemp and its lock: leave it
             try:
-                pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else 0
+                with open(lock_path) as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a live run holds it
+                    pid_file = folder / "data" / "postmaster.pid"
+                    pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else 0
+                    if pid and psutil.pid_exists(pid):
+                        continue
+                    shutil.rmtree(folder, ignore_errors=True)
             except (OSError, ValueError, IndexError):
-                pid = 0
-            if pid and psutil.pid_exists(pid):
                 continue
-            shutil.rmtree(folder, ignore_errors=True)
 
     def _run(self, *cmd: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self.as_root else []
@@ -112,7 +129,10 @@ class Postgres:
             self._run(pg_bin("pg_ctl"), "-D", str(self.dir), "-m", "fast", "-w", "stop")
         with contextlib.suppress(OSError):  # keep the server log in pytest's temp dir
             shutil.copy(self.dir / "server.log", self.base / "postgres.log")
-        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.holder or self.dir, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
 
 class AirflowDeployment:
