@@ -241,6 +241,38 @@ def test_person_cancel_on_a_cluster_with_another_jobs_preempted_node(workspace: 
     assert len(workspace.jobs()) == 2, "not resubmitted"
 
 
+def evict_one_node_then_person_cancels(emulator: Emulator, job: str) -> None:
+    """One of the job's two nodes is evicted (its mini-batches are requeued, the job goes on); once the wait
+    has read the gauge up, a person cancels the job."""
+    deadline = time.monotonic() + 60
+    nodes = emulator.workspace.computes[CLUSTER].nodes
+    while emulator.call(lambda: sum(n.state == "running" and n.job_name == job for n in nodes)) < 2:
+        assert time.monotonic() < deadline, "the job never ran on both nodes"
+        time.sleep(0.01)
+    evicted = time.time()
+    assert emulator.evict_nodes(CLUSTER, 1) == 1
+    while compute_reads_since(emulator, evicted) < 1:
+        assert time.monotonic() < deadline, "the wait never read the gauge after the eviction"
+        time.sleep(0.01)
+    person_cancels(emulator, job)
+
+
+def test_person_cancel_after_a_partial_eviction_is_a_person_cancel(workspace: Emulator, run_case) -> None:
+    # Azure cancels for lack of capacity only when the whole cluster goes: one evicted node of two, seen
+    # while the job ran, is not evidence that a later cancel was the platform's.
+    workspace.set_behaviour(preempted_node_release_seconds=120)  # the evicted node stays "preempted"
+    workspace.call(lambda: setattr(workspace.workspace.timing, "mini_batch", 0.3))
+    with when_sampled(workspace, evict_one_node_then_person_cancels) as cancelled:
+        run, failures = run_case({"retries": 1})
+    assert len(cancelled) == 1 and str(run.state) == "failed"
+    assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    verdict = xcom_value(run, "invoke", key="azureml_verdict")
+    gauge = verdict["evidence"]["gauge"]
+    assert gauge["peak_while_running"] > gauge["first_while_running"], "the wait saw the eviction"
+    assert verdict["outcome"] == "user_canceled"
+    assert [j.status for j in workspace.jobs()] == ["Canceled"], "a person's cancel was resubmitted"
+
+
 # ------------------------------------------------- §4 exactly once, any name
 def test_job_azure_named_is_found_before_submitting(workspace: Emulator, run_case) -> None:
     workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
