@@ -213,9 +213,12 @@ class AzureMLHook(BaseHook):
 
         Snapshots from the LIST carry no run-history details; ``job_snapshot`` reads those.
         """
+        return [JobSnapshot.from_rest(item) for item in self.find_job_resources(properties)]
+
+    def find_job_resources(self, properties: dict[str, str]) -> list[dict[str, Any]]:
+        """As ``find_jobs``, but the ARM resources themselves (their ``systemData`` says when each was created)."""
         query = {"properties": ",".join(f"{k}={v}" for k, v in properties.items()), "listViewType": "All"}
-        items = self._with_transient_retries(lambda: list(self.rest().list_jobs(query)))
-        return [JobSnapshot.from_rest(item) for item in items]
+        return self._with_transient_retries(lambda: list(self.rest().list_jobs(query)))
 
     def cancel_job(self, name: str) -> None:
         from airflow_azureml.hooks.rest import ResourceNotFound

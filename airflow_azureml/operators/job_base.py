@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import conf
@@ -40,9 +40,11 @@ class ResubmissionState:
 
     ``airflow_canceled`` holds the jobs whose cancel is Airflow's, recorded by ``on_kill`` (or the
     queue-time limit) *before* the cancel was sent: Azure sends nothing that tells such a cancel
-    from a person's. ``before_clear`` holds the jobs submitted before the task was last cleared:
-    the clear's own cancel (a deferred task's trigger ``on_kill``) ends them, and in any case the
-    clear is the request to run the work again, so their cancel is never final.
+    from a person's. The record holds only if the next try first sees the job ``CancelRequested`` or
+    ``Canceled``; a job still running then (the cancel failed) is dropped from it and watched.
+    ``before_clear`` holds the jobs that had ended, or were being cancelled, when the task was last
+    cleared: the clear is the request to run the work again, so their cancel is never final. A job
+    still running at the clear is not in it: the try watches it, and a person's cancel is final.
     """
 
     key: str
@@ -79,6 +81,42 @@ class ResubmissionState:
             "backoff_done": self.backoff_done,
             "max_tries": self.max_tries,
         }
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A job from the unit's LIST and when Azure created it (ARM ``systemData.createdAt``)."""
+
+    snapshot: JobSnapshot
+    created: datetime | None
+
+    @classmethod
+    def from_rest(cls, arm_job: dict[str, Any]) -> Listed:
+        stamp = (arm_job.get("systemData") or {}).get("createdAt") or (
+            (arm_job.get("properties") or {}).get("creationContext") or {}
+        ).get("createdAt")
+        return cls(JobSnapshot.from_rest(arm_job), parse_time(stamp))
+
+    def order(self) -> tuple[bool, datetime, str]:
+        """The same in every run: oldest first, then by name; a job without a creation time last."""
+        return (self.created is None, self.created or datetime.max.replace(tzinfo=timezone.utc), self.snapshot.name)
+
+
+def parse_time(stamp: Any) -> datetime | None:
+    """An ARM timestamp (``Z`` or an offset, 0 to 7 fraction digits) as an aware UTC datetime."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    text = stamp.strip().replace("Z", "+00:00")
+    head, sep, tail = text.partition(".")
+    if sep:  # Azure may send 7 fraction digits; Python reads at most 6
+        digits = len(tail) - len(tail.lstrip("0123456789"))
+        tail = tail[:digits][:6].ljust(6, "0") + tail[digits:]
+        text = f"{head}.{tail}"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 class AzureMLJobOperatorBase(AzureMLBaseOperator):
@@ -243,8 +281,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def _close_gauge(self, snapshot: JobSnapshot, gauge: GaugeEvidence | None) -> GaugeEvidence | None:
         """A job seen Canceled after the gauge was sampled while it ran: read the gauge once more, now.
 
-        Logged with the verdict, never evidence: taken after the end (on the deferred path possibly
-        minutes later), it may count another job's nodes. One read per cancelled job.
+        Azure cancels a job whose cluster lost its nodes at once, and those nodes stay counted as
+        preempted until they are deallocated, so this read bounds the run. One read per cancelled job.
         """
         if snapshot.status != "Canceled" or gauge is None or gauge.samples < 1 or gauge.at_end is not None:
             return gauge
@@ -278,11 +316,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         older versions, or a LIST that lags behind a submit).
         """
         by_number: dict[int, str] = {}
+        listed_names: set[str] = set()
         for n, jobs in sorted(self._listed(state).items()):
             by_number[n] = self._keep_one(state, n, jobs)
-        known_numbers = {name: n for n, name in by_number.items()}
-        for name in state.known:  # remembered, but not (yet) listed
-            if name not in known_numbers:
+            listed_names.update(job.snapshot.name for job in jobs)
+        for name in state.known:  # remembered, but not (yet) listed (a duplicate that lost is listed)
+            if name not in listed_names:
                 n = max(by_number, default=-1) + 1
                 by_number[n] = name
         n = max(by_number, default=-1) + 1
@@ -295,39 +334,59 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             n += 1
         state.job_names = [by_number[k] for k in sorted(by_number)]
         state.next_resubmission = n
-        if state.cleared:  # every job found now was submitted before the clear
-            state.before_clear = sorted(set(state.before_clear) | set(state.job_names))
         if state.current is None or not newest:
+            if state.cleared:
+                self._first_sight(state, None)
             return None
         if latest is None or latest.name != state.current:
             latest = self.hook.job_snapshot(state.current)
+        self._first_sight(state, latest)
         return latest
 
-    def _listed(self, state: ResubmissionState, **only: str) -> dict[int, list[JobSnapshot]]:
+    def _listed(self, state: ResubmissionState, **only: str) -> dict[int, list[Listed]]:
         """The unit's jobs by resubmission number, from one LIST filtered on the unit's property."""
-        listed: dict[int, list[JobSnapshot]] = {}
-        for found in self.hook.find_jobs({naming.UNIT_TAG: state.key, **only}):
+        listed: dict[int, list[Listed]] = {}
+        for item in self.hook.find_job_resources({naming.UNIT_TAG: state.key, **only}):
+            found = Listed.from_rest(item)
             try:
-                listed.setdefault(int(found.properties.get(naming.RESUBMISSION_TAG, "")), []).append(found)
+                listed.setdefault(int(found.snapshot.properties.get(naming.RESUBMISSION_TAG, "")), []).append(found)
             except ValueError:
                 continue
         return listed
 
-    def _keep_one(self, state: ResubmissionState, n: int, jobs: list[JobSnapshot], keep: str | None = None) -> str:
-        """One job per resubmission number. The SDK's invoke can create two for one call when Azure picks
-        the names (azure-sdk-for-python#31166): keep one and cancel the other still-running ones."""
-        if keep is None:
-            ranked = sorted(
-                jobs,
-                key=lambda j: (j.name != self._name(state, n), j.status != "Completed", j.terminal, j.name),
-            )
-            keep = ranked[0].name
+    def _keep_one(self, state: ResubmissionState, n: int, jobs: list[Listed]) -> str:
+        """One job per resubmission number; cancel the other still-running ones.
+
+        Two jobs of one number exist when the SDK's invoke created two for one call while Azure picked the
+        names (azure-sdk-for-python#31166), or when two runs submitted the same work at once. Every run
+        keeps the same one, the oldest (then by name), recomputed from the LIST: no run cancels the job
+        another run keeps, and a run whose own job lost sees why it was cancelled (``_kept_instead``).
+        """
+        keep = min(jobs, key=Listed.order).snapshot.name
         for job in jobs:
-            if job.name != keep and not job.terminal:
-                self.log.warning("Job %s duplicates job %s of the same unit of work; cancelling it.", job.name, keep)
-                self._record_airflow_cancel(self._context, job.name)
-                self.hook.cancel_job(job.name)
+            if job.snapshot.name != keep and not job.snapshot.terminal:
+                self.log.warning(
+                    "Job %s duplicates the older job %s of the same unit of work (resubmission %d); cancelling it.",
+                    job.snapshot.name,
+                    keep,
+                    n,
+                )
+                try:
+                    self.hook.cancel_job(job.snapshot.name)
+                except AzureMLError as exc:  # another run may be cancelling it too
+                    self.log.warning("Could not cancel duplicate job %s: %s", job.snapshot.name, exc)
         return keep
+
+    def _kept_instead(self, state: ResubmissionState, snapshot: JobSnapshot) -> str | None:
+        """The job kept instead of this cancelled one, when it was cancelled as a duplicate (``_keep_one``)."""
+        number = snapshot.properties.get(naming.RESUBMISSION_TAG)
+        if snapshot.properties.get(naming.UNIT_TAG) != state.key or number is None or not number.isdigit():
+            return None
+        jobs = self._listed(state, **{naming.RESUBMISSION_TAG: number}).get(int(number), [])
+        if snapshot.name not in {job.snapshot.name for job in jobs}:
+            return None
+        keep = min(jobs, key=Listed.order).snapshot.name
+        return keep if keep != snapshot.name else None
 
     def _load(self, context: Any, key: str) -> ResubmissionState:
         """This run of the task's state. A new DAG run, or a clear (Airflow raises ``max_tries``), starts
@@ -352,6 +411,24 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             state.counted = list(recalled.get("counted") or [])
             state.backoff_done = recalled.get("backoff_done")
         return state
+
+    def _first_sight(self, state: ResubmissionState, snapshot: JobSnapshot | None) -> None:
+        """What this try's first look at the newest job says about the records of earlier tries."""
+        changed = False
+        ending = snapshot is not None and (snapshot.terminal or snapshot.status == "CancelRequested")
+        if snapshot is not None and snapshot.name in state.airflow_canceled and not ending:
+            # on_kill recorded its cancel, but the cancel never took: the job runs on, and a later cancel
+            # of it is not Airflow's.
+            self.log.info("Job %s outlived Airflow's cancel (%s); watching it.", snapshot.name, snapshot.status)
+            state.airflow_canceled.remove(snapshot.name)
+            changed = True
+        if state.cleared:  # the jobs that had ended (or were ending) when the person cleared the task
+            ended = state.job_names[:-1] + ([snapshot.name] if snapshot is not None and ending else [])
+            state.before_clear = sorted(set(state.before_clear) | set(ended))
+            state.cleared = False  # once per clear; stored now, so a retry of this try is no clear
+            changed = True
+        if changed:
+            self._remember(self._context, state)
 
     @staticmethod
     def _recall(context: Any) -> dict[str, Any] | None:
@@ -383,8 +460,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         name = self.submit_job(context, requested, compute, naming.job_markers(state.key, n)) or requested
         if name != requested:
             self.log.warning("Azure named the job %s instead of %s; following the name it returned.", name, requested)
-            duplicates = self._listed(state, **{naming.RESUBMISSION_TAG: str(n)}).get(n, [])
-            self._keep_one(state, n, duplicates, keep=name)
+            jobs = self._listed(state, **{naming.RESUBMISSION_TAG: str(n)}).get(n, [])
+            # Our own job not listed yet (the LIST lags): its age is unknown, so cancel nothing now; a run
+            # that sees it and an older one cancels it, and we then follow the older one.
+            if name in {job.snapshot.name for job in jobs}:
+                kept = self._keep_one(state, n, jobs)
+                if kept != name:
+                    self.log.warning("Following job %s, the older job of the same unit of work.", kept)
+                name = kept
         state.job_names.append(name)
         state.next_resubmission = n + 1
         self._remember(context, state)  # first thing after the submit returns
@@ -439,6 +522,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             self._submit(context, state)
             return None
         if outcome is Outcome.USER_CANCELED:
+            kept = self._kept_instead(state, snapshot)
+            if kept is not None:  # cancelled as a duplicate of an older job of the unit: follow that one
+                self.log.warning("Job %s was cancelled as a duplicate of job %s; following it.", snapshot.name, kept)
+                state.job_names[state.job_names.index(snapshot.name)] = kept
+                self._remember(context, state)
+                return None
             if (
                 snapshot.name in state.before_clear
                 or snapshot.name in state.reported_cancels

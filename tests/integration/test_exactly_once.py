@@ -393,3 +393,130 @@ def test_duplicate_from_the_sdks_own_retry_is_cancelled(workspace: Emulator, run
     (duplicate,) = [name for name in statuses if name != result["job_name"]]
     assert statuses[duplicate] == "Canceled", "the duplicate kept running and billing"
     assert result["job_names"] == [result["job_name"]]
+
+
+# ------------------------------------- a job this try watched while it ran
+def cancel_once_watched(emulator: Emulator, after: Callable[[dict[str, Any]], bool], timeout: float = 120) -> list[str]:
+    """In a thread: once a request matches ``after``, lift the faults; once a try has then read the (only)
+    job twice (it is watching it), a person cancels that job. Returns the cancelled names as they happen."""
+    cancelled: list[str] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        since: float | None = None
+        while time.monotonic() < deadline:
+            log = emulator.requests()
+            if since is None:
+                since = next((r["t"] for r in log if after(r)), None)
+                if since is not None:
+                    emulator.clear_faults()
+            jobs = emulator.jobs()
+            if since is not None and jobs:
+                job = jobs[0].name
+                reads = [r for r in log if r["method"] == "GET" and r["path"].endswith(f"/jobs/{job}")]
+                if sum(1 for r in reads if r["t"] > since) >= 2:
+                    cancelled.append(job)  # before: the try may end before the SDK's cancel poller does
+                    person_cancels(emulator, job)
+                    return
+            time.sleep(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return cancelled
+
+
+def test_clear_then_person_cancel_of_the_still_running_job_fails(workspace: Emulator, run_case) -> None:
+    # Try 1's wait fails (a non-transient error on the job's GET) and leaves the job queued; a person clears
+    # the task, the new try attaches to the job, then a person cancels it in Studio: final, not a resubmit.
+    workspace.set_capacity(CLUSTER, 0)
+
+    def fail_the_wait() -> None:
+        deadline = time.monotonic() + 60
+        while not workspace.jobs():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        job = workspace.jobs()[0].name
+        workspace.add_fault(kind="status", status=400, path=rf"/jobs/{job}$", methods=["GET"], count=None)
+
+    threading.Thread(target=fail_the_wait, daemon=True).start()
+    run, failures = run_case()
+    assert str(run.state) == "failed" and failures and failures[0]["type"] != "AzureMLJobCanceledError", failures
+    (first,) = workspace.jobs()
+    assert first.status == "Queued", "the failed wait left the job waiting for capacity"
+    workspace.clear_faults()
+    cleared_at = time.time()
+    cancelled = cancel_once_watched(workspace, lambda r: r["t"] > cleared_at)
+    run, failures = run_case({"retries": 2}, dag_run=run)
+    assert cancelled == [first.name]
+    assert str(run.state) == "failed", (task_states(run), failures)
+    assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    assert [j.status for j in workspace.jobs()] == ["Canceled"], "a person's cancel was resubmitted"
+
+
+def test_failed_on_kill_cancel_then_person_cancel_fails(workspace: Emulator, run_case) -> None:
+    # Try 1 times out; on_kill records its cancel, but the cancel POST fails: the job keeps waiting. The
+    # retry attaches to it; a person then cancels it. The record must not make that cancel Airflow's.
+    workspace.set_capacity(CLUSTER, 0)
+    workspace.add_fault(kind="status", status=403, route="cancel", count=None)
+    cancelled = cancel_once_watched(workspace, lambda r: r["method"] == "POST" and r["path"].endswith("/cancel"))
+    run, failures = run_case({"retries": 1, "execution_timeout": 3})
+    assert len(cancelled) == 1
+    assert str(run.state) == "failed", (task_states(run), failures)
+    assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"], failures
+    assert try_numbers(run) == 2, "the retry watched the job"
+    assert [j.status for j in workspace.jobs()] == ["Canceled"], "a person's cancel was resubmitted"
+
+
+def test_overlapping_runs_with_azure_chosen_names_share_one_job(
+    workspace: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two DAG runs submit the same work at the same time and Azure picks the names: one job must be kept
+    # (the same one by both runs), the other cancelled, and neither run may read that cancel as a person's.
+    from types import SimpleNamespace
+
+    from airflow.sdk import DAG
+
+    from airflow_azureml.operators.batch import AzureMLInvokeBatchEndpointOperator as Op
+
+    workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    barrier = threading.Barrier(2)
+    submit = Op.submit_job
+
+    def submit_together(self: Any, *args: Any, **kwargs: Any) -> str | None:
+        name = submit(self, *args, **kwargs)
+        barrier.wait(60)  # both invokes are in flight together
+        return name
+
+    monkeypatch.setattr(Op, "submit_job", submit_together)
+
+    class Store(dict):
+        def set(self, key: str, value: Any) -> None:
+            self[key] = value
+
+    results: dict[str, Any] = {}
+
+    def run(tag: str) -> None:
+        dag = DAG("overlap", schedule=None, start_date=LOGICAL)
+        op = Op(
+            task_id="invoke",
+            dag=dag,
+            endpoint_name=ENDPOINT,
+            deployment_name=DEPLOYMENT,
+            inputs={"heart_dataset": f"azureml://datastores/workspaceblobstore/paths/{INPUT}/"},
+            polling={"interval": 0.05, "max_interval": 0.2},
+        )
+        ti = SimpleNamespace(max_tries=0, try_number=1, xcom_push=lambda **kw: None)
+        try:
+            results[tag] = op.execute({"ti": ti, "task_state_store": Store()})
+        except Exception as exc:  # the assertion below shows it
+            results[tag] = exc
+
+    threads = [threading.Thread(target=run, args=(tag,)) for tag in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert all(isinstance(r, dict) for r in results.values()) and len(results) == 2, results
+    assert results["a"]["job_name"] == results["b"]["job_name"]
+    statuses = sorted(j.status for j in workspace.jobs())
+    assert statuses == ["Canceled", "Completed"], statuses
+    assert len(prediction_ids(workspace, results["a"]["job_name"])) == 100
