@@ -599,6 +599,8 @@ class Workspace:
         queue: list[int] = list(range(len(batches)))
         in_flight: dict[asyncio.Task[None], int] = {}
         await asyncio.sleep(self.timing.tick)
+        if job.status == "CancelRequested":  # cancelled before it queued: the cancel ends it, as in Azure
+            return
         job.set_status("Queued")
         if self.computes.get(job.compute) is None:
             self._end_job(job, "Failed", error={"code": "UserError", "message": "Compute not found"})

@@ -424,7 +424,10 @@ def cancel_once_watched(emulator: Emulator, after: Callable[[dict[str, Any]], bo
     return cancelled
 
 
-def test_clear_then_person_cancel_of_the_still_running_job_fails(workspace: Emulator, run_case) -> None:
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_clear_then_person_cancel_of_the_still_running_job_fails(
+    workspace: Emulator, run_case, deferrable: bool
+) -> None:
     # Try 1's wait fails (a non-transient error on the job's GET) and leaves the job queued; a person clears
     # the task, the new try attaches to the job, then a person cancels it in Studio: final, not a resubmit.
     workspace.set_capacity(CLUSTER, 0)
@@ -438,14 +441,14 @@ def test_clear_then_person_cancel_of_the_still_running_job_fails(workspace: Emul
         workspace.add_fault(kind="status", status=400, path=rf"/jobs/{job}$", methods=["GET"], count=None)
 
     threading.Thread(target=fail_the_wait, daemon=True).start()
-    run, failures = run_case()
+    run, failures = run_case()  # polling: its wait reads the job by GET, which the fault fails
     assert str(run.state) == "failed" and failures and failures[0]["type"] != "AzureMLJobCanceledError", failures
     (first,) = workspace.jobs()
     assert first.status == "Queued", "the failed wait left the job waiting for capacity"
     workspace.clear_faults()
     cleared_at = time.time()
     cancelled = cancel_once_watched(workspace, lambda r: r["t"] > cleared_at)
-    run, failures = run_case({"retries": 2}, dag_run=run)
+    run, failures = run_case({"retries": 2, "deferrable": deferrable}, dag_run=run)
     assert cancelled == [first.name]
     assert str(run.state) == "failed", (task_states(run), failures)
     assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
