@@ -6,6 +6,7 @@ the job's status stays the same, so a long job costs a few dozen reads, and rese
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -48,7 +49,13 @@ class PollingPolicy:
             raise AzureMLConfigError("max_queue_time must be > 0 seconds")
 
     def delay(self, unchanged_polls: int, rng: random.Random | None = None) -> float:
-        base = min(self.max_interval, self.interval * (self.backoff ** max(0, unchanged_polls)))
+        # The exponent is bounded: a job queued for days has thousands of unchanged polls, and
+        # 1.5 ** 1800 overflows a float; past the cap the delay is max_interval anyway.
+        polls = max(0, unchanged_polls)
+        if self.backoff > 1:
+            polls = min(polls, math.ceil(math.log(self.max_interval / self.interval, self.backoff)) + 1)
+        growth = self.backoff**polls
+        base = min(self.max_interval, self.interval * growth)
         spread = base * self.jitter
         return max(0.0, base + (rng or random).uniform(-spread, spread))
 

@@ -170,3 +170,13 @@ def test_gauge_reading_from_rest_keeps_missing_as_missing() -> None:
     bare = {"properties": {"properties": {"vmPriority": "Dedicated"}}}
     assert GaugeReading.from_rest("c", bare, 1.0) == GaugeReading("c", False, None, 1.0)
     assert GaugeReading.from_rest("c", None, 1.0) is None
+
+
+def test_a_very_long_unchanged_wait_does_not_overflow() -> None:
+    policy = PollingPolicy(interval=1, max_interval=300, backoff=1.5, jitter=0)
+    assert policy.delay(10_000) == 300
+
+
+def test_a_slow_backoff_still_reaches_max_interval() -> None:
+    policy = PollingPolicy(interval=1, max_interval=300, backoff=1.05, jitter=0)
+    assert policy.delay(500) == 300
