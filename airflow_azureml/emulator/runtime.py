@@ -812,9 +812,16 @@ class Workspace:
         if form not in ("canceled", "failed"):
             raise EmulatorError(400, "BadRequest", "form must be 'canceled' or 'failed'")
         compute = self._cluster(cluster)
+        # The jobs that lose capacity are those that held nodes (seeds 000/001: the job running on a
+        # wholly preempted cluster is cancelled); a job still queued for nodes keeps waiting.
+        holders = {n.job_name for n in compute.nodes if n.job_name and n.state != "preempted"}
         for node in list(compute.nodes):
             self._evict(compute, node)
-        jobs = {j.name for j in self.jobs.values() if j.compute == cluster and j.status in ACTIVE_JOB_STATES}
+        jobs = {
+            j.name
+            for j in self.jobs.values()
+            if j.compute == cluster and j.status in ACTIVE_JOB_STATES and j.name in holders
+        }
         delay = self.behaviour.capacity_cancel_after_seconds
         if delay > 0:  # the service ends the jobs a while after their nodes went
             self._spawn(self._lose_capacity_later(compute, jobs, form, delay))

@@ -220,31 +220,34 @@ def test_clear_after_success_submits_nothing(e2e: E2E) -> None:
     assert_exactly_once(result, jobs=before)
 
 
-def gauge_read_while_running(e2e: E2E, job: Any) -> bool:
+def gauge_read_while_running(e2e: E2E, job: Any, reads: int = 1) -> bool:
     """A wait has read the cluster's gauge since the job started: a rise seen later is the evidence."""
     since = job.started.timestamp() if job.started is not None else time.time()
-    return any(
-        r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
+    seen = sum(
+        1
         for r in e2e.emulator.requests()
+        if r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
     )
+    return seen >= reads
 
 
 def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
     preempted: list[str] = []
 
     def fault(run_id: str, interval: str) -> None:
+        def every_running_job_sampled() -> Any:
+            # Preempt only once the wait of EVERY job running on the cluster has read the gauge
+            # (a read after the job started): a job that
+            # starts running just before the cluster goes has no sample, and is then, safely,
+            # taken as a person's cancel (docs/operators.md).
+            running = running_jobs(e2e, interval)
+            fresh = [j for j in running if j.name not in preempted]
+            if fresh and all(gauge_read_while_running(e2e, j) for j in running):
+                return fresh[0]
+            return None
+
         for _ in range(2):
-            job = wait_until(
-                lambda: next(
-                    (
-                        j
-                        for j in running_jobs(e2e, interval)
-                        if j.name not in preempted and gauge_read_while_running(e2e, j)
-                    ),
-                    None,
-                ),
-                what="a running job whose wait read the gauge",
-            )
+            job = wait_until(every_running_job_sampled, what="running jobs whose waits read the gauge")
             preempted.append(job.name)
             e2e.emulator.preempt_cluster(CLUSTER, "canceled")
 
@@ -252,9 +255,13 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
     # still run, so the service takes a plausible while to cancel them (capacity gone meanwhile).
     before = e2e.emulator.behaviour()
     e2e.emulator.set_behaviour(capacity_cancel_after_seconds=8.0, preempted_node_release_seconds=10.0)
+    timing = e2e.emulator.workspace.timing
+    mini_batch = timing.mini_batch
+    timing.mini_batch = 2.5  # jobs long enough for their waits (1 s polls) to read the gauge twice
     try:
         _, interval, state = run_example(e2e, "2026-11-06T00:00:00+00:00", during=fault)
     finally:
+        timing.mini_batch = mini_batch
         e2e.emulator.set_behaviour(
             capacity_cancel_after_seconds=before["capacity_cancel_after_seconds"],
             preempted_node_release_seconds=before["preempted_node_release_seconds"],
