@@ -57,6 +57,7 @@ class ResubmissionState:
     before_clear: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)  # jobs this run of the task had seen before this try
     backoff_done: str | None = None  # preempted job whose back-off was already spent in the triggerer
+    deferred_on: str | None = None  # the job a try deferred on and has not come back from
     max_tries: int | None = None
     cleared: bool = False
 
@@ -79,6 +80,7 @@ class ResubmissionState:
             "reported_cancels": list(self.reported_cancels),
             "before_clear": list(self.before_clear),
             "backoff_done": self.backoff_done,
+            "deferred_on": self.deferred_on,
             "max_tries": self.max_tries,
         }
 
@@ -212,6 +214,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Back from the job trigger. The state is rebuilt from ``task_state_store`` and the job chain."""
         state = self._start(context)
+        state.deferred_on = None  # back from the trigger
         self._discover(state, newest=False)  # the event carries the newest job's snapshot
         if event["status"] == "queue_timeout":
             self._give_up_queued(context, event["job_name"], event["message"])
@@ -266,6 +269,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             snapshot = self.hook.job_snapshot(name)  # check before deferring
             if snapshot is not None and snapshot.terminal:
                 return snapshot, None
+            state.deferred_on = name  # a clear while deferred: Airflow's trigger on_kill cancels this job
             self._remember(context, state)
             self.defer(
                 trigger=AzureMLJobTrigger(job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling),
@@ -402,6 +406,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.airflow_canceled = list(recalled.get("airflow_canceled") or [])
         state.reported_cancels = list(recalled.get("reported_cancels") or [])
         state.before_clear = list(recalled.get("before_clear") or [])
+        state.deferred_on = recalled.get("deferred_on")
         previous = recalled.get("max_tries")
         state.cleared = previous is not None and max_tries is not None and previous != max_tries
         if state.cleared:
@@ -421,6 +426,22 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             # of it is not Airflow's.
             self.log.info("Job %s outlived Airflow's cancel (%s); watching it.", snapshot.name, snapshot.status)
             state.airflow_canceled.remove(snapshot.name)
+            changed = True
+        if state.cleared and snapshot is not None and not ending and snapshot.name == state.deferred_on:
+            # Cleared while deferred on this job: Airflow ends the trigger, whose on_kill cancels the
+            # job, maybe only after this try's first look. The cancel is Airflow's, not a person's;
+            # it is sent here too, in case the trigger's did not get through. Then the next job runs.
+            self.log.info("The task was cleared while deferred on job %s: cancelling it (Airflow's).", snapshot.name)
+            if snapshot.name not in state.airflow_canceled:
+                state.airflow_canceled.append(snapshot.name)
+            state.deferred_on = None
+            self._remember(self._context, state)
+            try:
+                self.hook.cancel_job(snapshot.name)
+            except Exception as exc:
+                from airflow_azureml.redaction import scrub
+
+                self.log.warning("Could not cancel job %s: %s", snapshot.name, scrub(str(exc)))
             changed = True
         if state.cleared:  # the jobs that had ended (or were ending) when the person cleared the task
             ended = state.job_names[:-1] + ([snapshot.name] if snapshot is not None and ending else [])
