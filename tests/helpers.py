@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from airflow_azureml.emulator import Emulator
 
@@ -18,8 +19,10 @@ def when_running(
     times: int = 1,
     cluster: str = "low-pri-cluster",
     timeout: float = 120,
+    ready: Callable[[Emulator, Any], bool] | None = None,
 ) -> Iterator[list[str]]:
-    """Run ``action(emulator, job_name)`` each time a new job on ``cluster`` reaches Running, ``times`` times."""
+    """Run ``action(emulator, job_name)`` each time a new job on ``cluster`` reaches Running (and, with
+    ``ready``, once ``ready(emulator, job)`` holds), ``times`` times."""
     hit: list[str] = []
     stop = threading.Event()
 
@@ -27,7 +30,9 @@ def when_running(
         deadline = time.monotonic() + timeout
         while not stop.is_set() and len(hit) < times and time.monotonic() < deadline:
             for job in emulator.jobs():
-                if job.compute == cluster and job.status == "Running" and job.name not in hit and job.started:
+                if job.compute != cluster or job.status != "Running" or job.name in hit or not job.started:
+                    continue
+                if ready is None or ready(emulator, job):
                     hit.append(job.name)
                     action(emulator, job.name)
                     break

@@ -11,8 +11,8 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pytest
 from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
-from tests.helpers import PREEMPTION_WINDOW
+from tests.helpers import PREEMPTION_WINDOW, when_running
 from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
 
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
@@ -121,7 +121,6 @@ def compute_reads_since(emulator: Emulator, since: float) -> int:
     )
 
 
-@contextmanager
 def when_sampled(
     emulator: Emulator,
     action: Callable[[Emulator, str], object],
@@ -129,32 +128,16 @@ def when_sampled(
     times: int = 1,
     sampled: bool = True,
     timeout: float = 120,
-) -> Iterator[list[str]]:
+) -> AbstractContextManager[list[str]]:
     """Run ``action(emulator, job)`` once a new job on the cluster is Running and (``sampled``) the wait has
     read the cluster's gauge since (the evidence a preemption needs), ``times`` times."""
-    hit: list[str] = []
-    stop = threading.Event()
 
-    def watch() -> None:
-        deadline = time.monotonic() + timeout
-        while not stop.is_set() and len(hit) < times and time.monotonic() < deadline:
-            for job in emulator.jobs():
-                if job.compute != CLUSTER or job.status != "Running" or job.name in hit:
-                    continue
-                since = job.started.timestamp() if job.started is not None else time.time()
-                if not sampled or compute_reads_since(emulator, since) >= 1:
-                    hit.append(job.name)
-                    action(emulator, job.name)
-                    break
-            time.sleep(0.01)
+    def gauge_read(emu: Emulator, job: Any) -> bool:
+        return compute_reads_since(emu, job.started.timestamp()) >= 1
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
-        yield hit
-    finally:
-        stop.set()
-        thread.join(timeout=5)
+    return when_running(
+        emulator, action, times=times, cluster=CLUSTER, timeout=timeout, ready=gauge_read if sampled else None
+    )
 
 
 def preempt_cluster(emulator: Emulator, _job: str) -> None:
