@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def _text(label: str, description: str, **schema: Any) -> dict[str, Any]:
-    return {"label": label, "description": description, "schema": {"type": ["string", "null"], **schema}}
+def _text(label: str, description: str, *, required: bool = False, **schema: Any) -> dict[str, Any]:
+    # Airflow's UI marks a conn-field required when its schema type does not include "null".
+    kind: str | list[str] = "string" if required else ["string", "null"]
+    return {"label": label, "description": description, "schema": {"type": kind, **schema}}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -57,9 +59,9 @@ def get_provider_info() -> dict[str, Any]:
                     },
                 },
                 "conn-fields": {
-                    "subscription_id": _text("Subscription ID", "Azure subscription of the workspace."),
-                    "resource_group": _text("Resource group", "Resource group of the workspace."),
-                    "workspace_name": _text("Workspace", "Azure Machine Learning workspace name."),
+                    "subscription_id": _text("Subscription ID", "Azure subscription of the workspace.", required=True),
+                    "resource_group": _text("Resource group", "Resource group of the workspace.", required=True),
+                    "workspace_name": _text("Workspace", "Azure Machine Learning workspace name.", required=True),
                     "tenant_id": _text("Tenant ID", "Microsoft Entra tenant; required with a client secret."),
                     "managed_identity_client_id": _text(
                         "Managed identity client ID", "User-assigned managed identity, used without a secret."
@@ -71,8 +73,8 @@ def get_provider_info() -> dict[str, Any]:
                         "label": "Cloud",
                         "description": "AzureCloud, AzureChinaCloud, AzureUSGovernment, or custom endpoints.",
                         "schema": {
-                            "type": ["string", "null"],
-                            "enum": ["AzureCloud", "AzureChinaCloud", "AzureUSGovernment", "custom", None],
+                            "type": "string",
+                            "enum": ["AzureCloud", "AzureChinaCloud", "AzureUSGovernment", "custom"],
                             "default": "AzureCloud",
                         },
                     },
