@@ -296,6 +296,7 @@ class Emulator:
             "authority_url": self.base_url,
             "ca_bundle": self.ca_cert,
             "aml_resource_id": self.ml_audience,
+            "emulator": True,  # ours, not Azure's: tells the provider's Studio link to use the emulator's job page
         }
         uri = (
             f"azure-ml://{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}@"

@@ -377,10 +377,10 @@ class AzureMLHook(BaseHook):
         return f"{base}/{relative.lstrip('/')}" if relative else base
 
     def studio_job_url(self, job_name: str) -> str:
-        s = self.settings
-        if s.cloud == CUSTOM_CLOUD and not self._extra("studio_url"):
-            return f"{s.resource_manager_url}/_emulator/jobs/{job_name}"
-        return f"{s.studio_url}/runs/{job_name}?wsid={s.workspace_path}&tid={s.tenant_id or ''}"
+        """The job's Studio page for this connection's cloud (``links.studio.job_url``); may be empty."""
+        from airflow_azureml.links.studio import job_url
+
+        return job_url(self.settings, self.get_connection(self.azure_ml_conn_id).extra_dejson or {}, job_name)
 
     def _extra(self, name: str) -> str | None:
         extra = self.get_connection(self.azure_ml_conn_id).extra_dejson or {}
