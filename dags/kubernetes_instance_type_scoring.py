@@ -59,12 +59,17 @@ with DAG(
     tags=["azureml", "kubernetes", "example"],
     doc_md=__doc__,
 ) as dag:
+    # [START howto_operator_attach_kubernetes_compute]
     attach = AzureMLAttachKubernetesComputeOperator(
         task_id="attach_kubernetes_compute", name=COMPUTE, resource_id=CLUSTER_ID, namespace="azureml"
     )
+    # [END howto_operator_attach_kubernetes_compute]
+    # [START howto_operator_apply_instance_types]
     apply_types = AzureMLApplyInstanceTypesOperator(
         task_id="apply_instance_types", instance_types=str(CONFIG / "instance-types.yml"), kubeconfig=KUBECONFIG
     )
+    # [END howto_operator_apply_instance_types]
+    # [START howto_operator_create_batch_deployment_kubernetes]
     deploy = AzureMLCreateBatchDeploymentOperator(
         task_id="create_kubernetes_deployment",
         endpoint_name=ENDPOINT,
@@ -80,6 +85,7 @@ with DAG(
         max_retries=3,
         retry_timeout=300,
     )
+    # [END howto_operator_create_batch_deployment_kubernetes]
 
     @task
     def extract(params: dict[str, Any], data_interval_start: pendulum.DateTime) -> list[dict[str, Any]]:
@@ -116,6 +122,7 @@ with DAG(
             PREFIX, example_partitions.interval_key(data_interval_start), partitions, results, planned
         )
 
+    # [START howto_operator_submit_command_job]
     gpu_job = AzureMLSubmitCommandJobOperator(
         task_id="gpu_command_job",
         command="python -c 'import torch; print(torch.cuda.is_available())'",
@@ -130,6 +137,7 @@ with DAG(
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
     )
+    # [END howto_operator_submit_command_job]
 
     checked = report(extracted, planned, score.output)
     attach >> apply_types >> deploy >> extracted

@@ -69,12 +69,16 @@ with DAG(
     tags=["azureml", "low-priority", "example"],
     doc_md=__doc__,
 ) as dag:
+    # [START howto_operator_create_compute_cluster]
     create_cluster = AzureMLCreateComputeClusterOperator(
         task_id="create_low_priority_cluster", compute=str(CONFIG / "low-pri-cluster.yml")
     )
+    # [END howto_operator_create_compute_cluster]
+    # [START howto_operator_create_batch_deployment]
     create_deployment = AzureMLCreateBatchDeploymentOperator(
         task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml")
     )
+    # [END howto_operator_create_batch_deployment]
 
     @task
     def extract(params: dict[str, Any], data_interval_start: pendulum.DateTime) -> list[dict[str, Any]]:
@@ -93,6 +97,7 @@ with DAG(
         """The checkpoint: only partitions without verified predictions for this interval are scored."""
         return example_partitions.pending(partitions)
 
+    # [START howto_operator_invoke_batch_endpoint]
     score = AzureMLInvokeBatchEndpointOperator.partial(
         task_id="score_partition",
         endpoint_name=ENDPOINT,
@@ -104,6 +109,7 @@ with DAG(
         max_queue_time="{{ params.max_queue_seconds }}",
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(planned := plan(extracted := extract()))
+    # [END howto_operator_invoke_batch_endpoint]
 
     @task(trigger_rule="none_failed")
     def report(

@@ -38,6 +38,7 @@ with DAG("azureml_compute_cases", schedule=None, start_date=START, default_args=
         )
     ]
     if CASE.get("with_dedicated", True):
+        # [START howto_operator_create_compute_cluster_kwargs]
         creates.append(
             AzureMLCreateComputeClusterOperator(
                 task_id="create_from_kwargs",
@@ -49,8 +50,11 @@ with DAG("azureml_compute_cases", schedule=None, start_date=START, default_args=
                 idle_time_before_scale_down=120,
             )
         )
+        # [END howto_operator_create_compute_cluster_kwargs]
     if CASE.get("delete"):
+        # [START howto_operator_delete_compute]
         creates >> AzureMLDeleteComputeOperator(task_id="delete", name=CASE["delete"])
+        # [END howto_operator_delete_compute]
 
 with DAG("azureml_deployment_case", schedule=None, start_date=START, default_args=DEFAULTS) as deployment_dag:
     AzureMLCreateBatchDeploymentOperator(

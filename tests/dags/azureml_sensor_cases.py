@@ -20,6 +20,7 @@ with DAG(
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     default_args={"retries": 0, "on_failure_callback": record_failure},
 ) as dag:
+    # [START howto_sensor_job]
     AzureMLJobSensor(
         task_id="wait_for_job",
         job_name=CASE.get("job_name", "missing"),
@@ -29,3 +30,4 @@ with DAG(
         timeout=120,
         polling={"interval": 0.05, "max_interval": 0.2},
     )
+    # [END howto_sensor_job]
