@@ -9,10 +9,14 @@ call, so bad input fails fast with a message that names the field. Nothing here 
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -343,7 +347,7 @@ DEPLOYMENT_NESTED_KEYS = {
     "retry_settings": ("max_retries", "timeout"),
     "code_configuration": ("code", "scoring_script"),
 }
-_DEPLOYMENT_INTERNAL = ("yaml_path", "yaml_type", "extra")
+_DEPLOYMENT_INTERNAL = ("yaml_path", "yaml_type", "extra", "base_path")
 
 
 @dataclass(frozen=True)
@@ -367,9 +371,11 @@ class DeploymentSpec:
     description: str | None = None
     environment: Any = None
     code_configuration: Any = None
+    tags: dict[str, Any] | None = None  # sent as written (plus our fingerprints); not compared
     yaml_path: str | None = None
     yaml_type: str = "model"
     extra: dict[str, Any] = field(default_factory=dict)
+    base_path: str | None = None  # where relative code/conda paths resolve: the YAML's folder, else the cwd
 
     def __post_init__(self) -> None:
         check_endpoint_name(self.endpoint_name)
@@ -396,6 +402,29 @@ class DeploymentSpec:
             check_output_file_name(self.output_file_name)
         if self.resource_properties is not None and not isinstance(self.resource_properties, Mapping):
             raise AzureMLConfigError(f"resources.properties must be a mapping, got {self.resource_properties!r}.")
+        if self.tags is not None and not isinstance(self.tags, Mapping):
+            raise AzureMLConfigError(f"tags must be a mapping, got {self.tags!r}.")
+
+    @property
+    def base(self) -> Path:
+        """The folder relative paths resolve against: the YAML's, as the az ml CLI does, else the cwd (as the SDK)."""
+        if self.base_path:
+            return Path(self.base_path)
+        return Path(self.yaml_path).parent if self.yaml_path else Path.cwd()
+
+    @cached_property
+    def fingerprints(self) -> dict[str, str]:
+        """Content hashes of a local code folder and an inline environment, as deployment tags.
+
+        The service keeps neither in a form we can compare before writing (it names the uploaded copy),
+        so the operator records these tags on every write and compares them on the next run. Computed
+        from local files only, before any API call; a missing folder or conda file fails here.
+        """
+        found = {
+            CODE_TAG: code_fingerprint(self.code_configuration, self.base),
+            ENVIRONMENT_TAG: environment_fingerprint(self.environment, self.base),
+        }
+        return {k: v for k, v in found.items() if v is not None}
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> DeploymentSpec:
@@ -433,6 +462,7 @@ class DeploymentSpec:
             # compared as written; the entity sent is built by the SDK's own loader (relative paths, inline assets)
             "environment": data.get("environment"),
             "code_configuration": data.get("code_configuration"),
+            "tags": data.get("tags"),
             "yaml_path": str(path),
             "yaml_type": str(data.get("type", "model")).lower(),
         }
@@ -470,6 +500,8 @@ class DeploymentSpec:
             description=entity.description,
             environment=getattr(entity, "environment", None),
             code_configuration=getattr(entity, "code_configuration", None),
+            tags=dict(getattr(entity, "tags", None) or {}) or None,
+            base_path=str(getattr(entity, "_base_path", None) or "") or None,  # the SDK resolves code against it
         )
 
     @classmethod
@@ -502,14 +534,16 @@ class DeploymentSpec:
             properties=dict(self.resource_properties) if self.resource_properties else None,
         )
         as_written = self.yaml_path is not None  # YAML values are raw; the operator takes the loader's entities
+        tags = {**{str(k): str(v) for k, v in (self.tags or {}).items()}, **self.fingerprints}
         return ModelBatchDeployment(
             name=self.name,
             endpoint_name=self.endpoint_name,
             description=self.description,
+            tags=tags or None,
             model=self.model[len("azureml:") :] if self.model.startswith("azureml:") else self.model,
             compute=short_name(self.compute),
             environment=None if as_written else self.environment,
-            code_configuration=None if as_written else self.code_configuration,
+            code_configuration=None if as_written else self.code_to_send(self.code_configuration),
             resources=resources,
             settings=ModelBatchDeploymentSettings(
                 max_concurrency_per_instance=self.max_concurrency_per_instance,
@@ -519,6 +553,23 @@ class DeploymentSpec:
                 retry_settings=BatchRetrySettings(max_retries=self.max_retries, timeout=self.retry_timeout),
                 error_threshold=self.error_threshold,
             ),
+        )
+
+    def code_to_send(self, code_configuration: Any) -> Any:
+        """The code configuration with a local folder made absolute, so the SDK uploads the folder we hashed.
+
+        The SDK resolves a relative ``code`` against the deployment entity's base path (the worker's cwd for
+        an entity built here), not against the YAML's folder as the az ml CLI does.
+        """
+        if code_configuration is None or isinstance(code_configuration, Mapping):
+            return code_configuration
+        code = getattr(code_configuration, "code", None)
+        if not isinstance(code, (str, os.PathLike)) or not is_local_code(code) or Path(code).is_absolute():
+            return code_configuration
+        from azure.ai.ml.entities import CodeConfiguration
+
+        return CodeConfiguration(
+            code=str(local_path(code, self.base).resolve()), scoring_script=code_configuration.scoring_script
         )
 
     def wanted_model(self, latest_model_version: str | None = None) -> str:
@@ -534,6 +585,8 @@ class DeploymentSpec:
         Every setting that changes what the deployment does counts (model name and version, environment,
         code, compute, resources, mini-batch, retry, output and error settings); the description does not.
         ``latest_model_version`` is the version ``@latest`` resolves to now, so a new model version counts.
+        A local code folder or an inline environment compares by its fingerprint against the tag the
+        operator wrote last time; a missing tag counts as a change.
         """
         settings = getattr(existing, "settings", None) or existing  # read back flat; entities nest settings
         retry = getattr(settings, "retry_settings", None)
@@ -551,6 +604,9 @@ class DeploymentSpec:
         have_action = OUTPUT_ACTIONS.get(str(getattr(settings, "output_action", "")).lower().replace(" ", ""))
         have_model_name, have_version = model_ref(existing.model)
         have_threshold = getattr(settings, "error_threshold", None)
+        have_tags = getattr(existing, "tags", None) or {}
+        have_env = getattr(existing, "environment", None)
+        have_code = getattr(existing, "code_configuration", None)
         checks = {
             "compute": (short_name(existing.compute or ""), short_name(self.compute)),
             "model": (
@@ -558,12 +614,20 @@ class DeploymentSpec:
                 self.wanted_model(latest_model_version),
             ),
             "environment": (
-                asset_ref(getattr(existing, "environment", None), "environments"),
-                asset_ref(self.environment, "environments"),
+                ("inline", have_tags.get(ENVIRONMENT_TAG) if have_env else None)
+                if ENVIRONMENT_TAG in self.fingerprints
+                else asset_ref(have_env, "environments"),
+                ("inline", self.fingerprints[ENVIRONMENT_TAG])
+                if ENVIRONMENT_TAG in self.fingerprints
+                else asset_ref(self.environment, "environments"),
             ),
             "code_configuration": (
-                code_ref(getattr(existing, "code_configuration", None)),
-                code_ref(self.code_configuration),
+                ("local", have_tags.get(CODE_TAG) if have_code else None, _script(have_code))
+                if CODE_TAG in self.fingerprints
+                else code_ref(have_code),
+                ("local", self.fingerprints[CODE_TAG], _script(self.code_configuration))
+                if CODE_TAG in self.fingerprints
+                else code_ref(self.code_configuration),
             ),
             "instance_count": (res_count, self.instance_count),
             "instance_type": (res_type or None, self.instance_type or None),
@@ -622,7 +686,7 @@ def asset_ref(value: Any, collection: str) -> Any:
 
     An inline definition (a dict from YAML, or an anonymous entity) compares by its own content, so
     against the service's registered id it always counts as a change: an update that may be needless,
-    never a change that is missed.
+    never a change that is missed. ``DeploymentSpec.differences`` compares inline ones by fingerprint.
     """
     if value is None or value == "":
         return None
@@ -650,8 +714,8 @@ def code_ref(value: Any) -> Any:
         code, script = value.get("code"), value.get("scoring_script")
     else:
         code, script = getattr(value, "code", None), getattr(value, "scoring_script", None)
-    if isinstance(code, str) and not code.startswith(("azureml:", "/subscriptions/")):
-        code = ("local", code)  # uploaded on write: the service's id of it cannot be known before
+    if is_local_code(code):
+        code = ("local", str(getattr(code, "path", code)))  # uploaded on write; compared by fingerprint
     elif code is not None:
         code = asset_ref(code, "codes")
     return code, script
@@ -661,3 +725,128 @@ def _model_ref(value: Any) -> Any:
     if isinstance(value, dict):  # inline model definition in YAML: keep its name
         return f"azureml:{value.get('name')}@latest" if value.get("name") else None
     return value
+
+
+# ------------------------------------------------------------ content fingerprints (local code, inline environments)
+# Deployment tags (Azure stores and returns them) holding what the operator last wrote: the service renames a
+# local code folder and an inline environment when it stores them, so their content is compared through these.
+CODE_TAG = "airflow_azureml.code_sha256"
+ENVIRONMENT_TAG = "airflow_azureml.environment_sha256"
+_IGNORE_FILES = (".amlignore", ".gitignore")  # the SDK's choice: the first found in the folder's root wins
+
+
+def _script(code_configuration: Any) -> Any:
+    if isinstance(code_configuration, Mapping):
+        return code_configuration.get("scoring_script")
+    return getattr(code_configuration, "scoring_script", None)
+
+
+def is_local_code(code: Any) -> bool:
+    """Whether ``code_configuration.code`` is a local path the SDK uploads (not a registered code asset)."""
+    if code is not None and not isinstance(code, (str, os.PathLike)):  # a ``Code`` entity: local when it has a path
+        return getattr(code, "path", None) is not None and not getattr(code, "id", None)
+    return isinstance(code, (str, os.PathLike)) and not str(code).startswith(
+        ("azureml:", "/subscriptions/", "https://", "http://")
+    )
+
+
+def local_path(value: Any, base: Path) -> Path:
+    """``value`` resolved against ``base`` unless it is absolute, as the az ml CLI resolves YAML paths."""
+    path = Path(os.fspath(value)).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _ignored(root: Path) -> Any:
+    """A matcher for the patterns of the folder's ``.amlignore`` (else ``.gitignore``), as the SDK applies them."""
+    for name in _IGNORE_FILES:
+        if (root / name).is_file():
+            import pathspec  # a dependency of azure-ai-ml, which uses it for the same files
+
+            lines = (root / name).read_text(encoding="utf-8", errors="replace").splitlines()
+            return pathspec.PathSpec.from_lines("gitwildmatch", [line.rstrip() for line in lines if line])
+    return None
+
+
+def folder_digest(path: Path) -> str:
+    """sha256 over every uploaded file's relative path and bytes, in a fixed order; the location does not count."""
+    digest = hashlib.sha256(b"airflow_azureml folder v1\0")
+    if path.is_file():
+        files = [(path.name, path)]
+    else:
+        spec = _ignored(path)
+        files = []
+        for folder, dirs, names in os.walk(path, followlinks=True):
+            dirs.sort()
+            for name in names:
+                full = Path(folder) / name
+                rel = full.relative_to(path).as_posix()
+                if spec is None or not spec.match_file(rel):
+                    files.append((rel, full))
+    for rel, full in sorted(files):
+        data = full.read_bytes()
+        digest.update(f"{rel}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def code_fingerprint(code_configuration: Any, base: Path) -> str | None:
+    """sha256 of a local code folder (files and bytes) and the scoring script; None for a registered code asset."""
+    if code_configuration is None:
+        return None
+    code = (
+        code_configuration.get("code")
+        if isinstance(code_configuration, Mapping)
+        else getattr(code_configuration, "code", None)
+    )
+    if not is_local_code(code):
+        return None
+    path = local_path(getattr(code, "path", code), base)
+    if not path.exists():
+        raise AzureMLConfigError(f"code_configuration.code {str(path)!r} does not exist.")
+    canonical = {"code": folder_digest(path), "scoring_script": _script(code_configuration)}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+
+
+def _conda_content(value: Any, base: Path) -> Any:
+    """A conda file's parsed content (what the SDK sends); a path is read, relative to ``base``."""
+    if not isinstance(value, (str, os.PathLike)):
+        return value
+    path = local_path(value, base)
+    if not path.is_file():
+        raise AzureMLConfigError(f"conda_file {str(path)!r} does not exist.")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise AzureMLConfigError(f"conda_file {str(path)!r} is not valid YAML: {yaml_error_summary(exc)}.") from None
+
+
+def environment_fingerprint(environment: Any, base: Path) -> str | None:
+    """sha256 of an inline environment's definition (image, conda content, build folder, inference config...).
+
+    None for a registered environment (``azureml:name:version`` or a named entity), which compares by id.
+    The conda file counts by content, not path; a YAML dict and the same ``Environment`` entity hash alike.
+    """
+    if not isinstance(asset_ref(environment, "environments"), tuple):  # a reference, or a named entity
+        return None
+    if isinstance(environment, Mapping):
+        definition = {str(k): v for k, v in environment.items()}
+    else:
+        definition = {
+            key: getattr(environment, key, None)
+            for key in ("image", "conda_file", "build", "inference_config", "os_type", "description", "tags")
+        }
+    definition["conda_file"] = _conda_content(definition.get("conda_file"), base)
+    build = definition.get("build")
+    if build is not None:
+        build_path = build.get("path") if isinstance(build, Mapping) else getattr(build, "path", None)
+        dockerfile = (
+            build.get("dockerfile_path") if isinstance(build, Mapping) else getattr(build, "dockerfile_path", None)
+        )
+        if build_path and not str(build_path).startswith(("http://", "https://", "azureml:")):
+            folder = local_path(build_path, base)
+            if not folder.exists():
+                raise AzureMLConfigError(f"environment build path {str(folder)!r} does not exist.")
+            build_path = folder_digest(folder)
+        definition["build"] = {"path": build_path, "dockerfile_path": dockerfile}
+    canonical = {k: v for k, v in definition.items() if v not in (None, {}, "")}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True, default=str).encode()).hexdigest()

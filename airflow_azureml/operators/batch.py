@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import naming
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
@@ -11,16 +11,9 @@ from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.operators.compute import DEFAULT_WAIT_TIMEOUT, wait_for_lro
 from airflow_azureml.operators.job_base import AzureMLJobOperatorBase
 from airflow_azureml.redaction import scrub
-from airflow_azureml.specs import (
-    DeploymentSpec,
-    check_data_uri,
-    check_deployment_name,
-    check_endpoint_name,
-    check_output_file_name,
-    check_positive_int,
-    model_ref,
-    short_name,
-)
+
+if TYPE_CHECKING:
+    from airflow_azureml.specs import DeploymentSpec
 
 
 class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
@@ -87,6 +80,8 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         self.set_default = set_default
 
     def build_spec(self) -> DeploymentSpec:
+        from airflow_azureml.specs import DeploymentSpec  # the rules cost DAG parsing nothing
+
         return DeploymentSpec.from_any(
             self.deployment,
             endpoint_name=self.endpoint_name,
@@ -112,6 +107,7 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         Uses ``instance_types`` when given (no API call), else one read of the compute; always before any write.
         """
         from airflow_azureml.instance_types import check_mlflow_minimum, load_instance_types, resolve_instance_type
+        from airflow_azureml.specs import short_name
 
         if self.instance_types is not None:
             types = load_instance_types(self.instance_types)
@@ -127,6 +123,8 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         spec = self.build_spec()  # validates before any API call
+        # local code / inline environment hashed now, so a missing file fails before any API call
+        self.log.debug("Content fingerprints of %s/%s: %s", spec.endpoint_name, spec.name, spec.fingerprints)
         self.check_kubernetes(spec)
         from azure.ai.ml.entities import BatchEndpoint
         from azure.core.exceptions import ResourceNotFoundError
@@ -196,6 +194,8 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
                 default_set,
             )
             changed = True
+        from airflow_azureml.specs import short_name
+
         return {
             "endpoint_name": spec.endpoint_name,
             "deployment_name": spec.name,
@@ -225,6 +225,8 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
 
     def _latest_model_version(self, ml: Any, spec: DeploymentSpec) -> str | None:
         """Today's version behind ``@latest``, so that registering a new one updates the deployment."""
+        from airflow_azureml.specs import model_ref
+
         name, version = model_ref(spec.model)
         if version is not None or not name:
             return None
@@ -243,12 +245,14 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
                 load_model_batch_deployment,
             )
 
+            from airflow_azureml.specs import DeploymentSpec
+
             loader = load_model_batch_deployment if spec.yaml_type == "model" else load_batch_deployment
             loaded = loader(source=spec.yaml_path)
             written = DeploymentSpec.from_yaml(spec.yaml_path)  # an override replaces what the YAML says
             env, code = spec.environment, spec.code_configuration
             entity.environment = getattr(loaded, "environment", None) if env == written.environment else env
-            entity.code_configuration = (
+            entity.code_configuration = spec.code_to_send(
                 getattr(loaded, "code_configuration", None) if code == written.code_configuration else code
             )
         return entity
@@ -302,6 +306,14 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         self.instance_count = instance_count
 
     def validate(self) -> None:
+        from airflow_azureml.specs import (
+            check_data_uri,
+            check_deployment_name,
+            check_endpoint_name,
+            check_output_file_name,
+            check_positive_int,
+        )
+
         super().validate()
         check_endpoint_name(self.endpoint_name)
         if self.deployment_name:

@@ -414,3 +414,185 @@ def test_command_job_refuses_boolean_instance_count() -> None:
     )
     with pytest.raises(AzureMLConfigError, match="instance_count must be a positive integer"):
         op.validate()
+
+
+# ------------------------------------------- local code and inline environments compare by content (issue 9, §6)
+IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest"
+CONDA = "name: scoring\ndependencies:\n  - python=3.10\n  - pip:\n    - xgboost==2.0.3\n"
+
+
+def _project(root: Path, *, conda: str = CONDA, script: str = "batch_driver.py") -> Path:
+    """A deployment folder as the az ml CLI expects it: YAML, code folder and conda file side by side."""
+    (root / "code" / "lib").mkdir(parents=True, exist_ok=True)
+    (root / "code" / "batch_driver.py").write_text("def init():\n    pass\n\n\ndef run(batch):\n    return batch\n")
+    (root / "code" / "lib" / "features.py").write_text("COLUMNS = ['age', 'chol']\n")
+    (root / "conda.yml").write_text(conda)
+    path = root / "deployment.yml"
+    path.write_text(
+        (SEED / "deployment.yml").read_text()
+        + f"code_configuration:\n  code: code\n  scoring_script: {script}\n"
+        + f"environment:\n  image: {IMAGE}\n  conda_file: conda.yml\n"
+    )
+    return path
+
+
+def _fingerprints(path: Path) -> dict[str, str]:
+    return dict(DeploymentSpec.from_yaml(path).fingerprints)
+
+
+def test_fingerprints_are_stable_and_independent_of_where_the_folder_is(tmp_path: Path, monkeypatch) -> None:
+    from airflow_azureml.specs import CODE_TAG, ENVIRONMENT_TAG
+
+    first = _fingerprints(_project(tmp_path / "a"))
+    assert set(first) == {CODE_TAG, ENVIRONMENT_TAG}
+    assert all(len(v) == 64 for v in first.values())
+    assert _fingerprints(tmp_path / "a" / "deployment.yml") == first  # same content, same hash
+    assert _fingerprints(_project(tmp_path / "elsewhere")) == first  # relative paths + bytes, not the location
+    monkeypatch.chdir(tmp_path / "elsewhere" / "code")  # relative paths resolve against the YAML's folder
+    assert _fingerprints(tmp_path / "a" / "deployment.yml") == first
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda root: (root / "code" / "lib" / "features.py").write_text("COLUMNS = ['age', 'chol', 'thal']\n"),
+        lambda root: (root / "code" / "batch_driver.py").write_bytes(
+            (root / "code" / "batch_driver.py").read_bytes() + b" "
+        ),
+        lambda root: (root / "code" / "new.py").write_text(""),
+        lambda root: (root / "code" / "lib" / "features.py").rename(root / "code" / "lib" / "columns.py"),
+    ],
+    ids=["file-bytes", "one-byte-of-the-script", "new-file", "renamed-file"],
+)
+def test_any_byte_of_the_code_folder_changes_the_code_fingerprint(tmp_path: Path, edit) -> None:
+    from airflow_azureml.specs import CODE_TAG, ENVIRONMENT_TAG
+
+    before = _fingerprints(_project(tmp_path))
+    edit(tmp_path)
+    after = _fingerprints(tmp_path / "deployment.yml")
+    assert after[CODE_TAG] != before[CODE_TAG]
+    assert after[ENVIRONMENT_TAG] == before[ENVIRONMENT_TAG]
+
+
+def test_scoring_script_is_part_of_the_code_fingerprint(tmp_path: Path) -> None:
+    from airflow_azureml.specs import CODE_TAG
+
+    (tmp_path / "b").mkdir()
+    a = _fingerprints(_project(tmp_path / "a"))
+    b_path = _project(tmp_path / "b", script="lib/features.py")
+    assert _fingerprints(b_path)[CODE_TAG] != a[CODE_TAG]
+
+
+def test_files_the_sdk_does_not_upload_do_not_count(tmp_path: Path) -> None:
+    from airflow_azureml.specs import CODE_TAG
+
+    path = _project(tmp_path)
+    (tmp_path / "code" / ".amlignore").write_text("*.log\n__pycache__/\n")
+    before = _fingerprints(path)[CODE_TAG]
+    (tmp_path / "code" / "run.log").write_text("noise")
+    (tmp_path / "code" / "__pycache__").mkdir()
+    (tmp_path / "code" / "__pycache__" / "x.pyc").write_bytes(b"\x00")
+    assert _fingerprints(path)[CODE_TAG] == before
+    (tmp_path / "code" / "kept.txt").write_text("counts")
+    assert _fingerprints(path)[CODE_TAG] != before
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda root: (root / "conda.yml").write_text(CONDA.replace("2.0.3", "2.1.0")),
+        lambda root: (root / "deployment.yml").write_text(
+            (root / "deployment.yml").read_text().replace("ubuntu20.04:latest", "ubuntu22.04:latest")
+        ),
+    ],
+    ids=["conda-content", "image"],
+)
+def test_conda_content_and_image_change_the_environment_fingerprint(tmp_path: Path, edit) -> None:
+    from airflow_azureml.specs import CODE_TAG, ENVIRONMENT_TAG
+
+    before = _fingerprints(_project(tmp_path))
+    edit(tmp_path)
+    after = _fingerprints(tmp_path / "deployment.yml")
+    assert after[ENVIRONMENT_TAG] != before[ENVIRONMENT_TAG]
+    assert after[CODE_TAG] == before[CODE_TAG]
+
+
+def test_conda_file_is_hashed_by_content_not_by_path(tmp_path: Path) -> None:
+    from airflow_azureml.specs import ENVIRONMENT_TAG
+
+    path = _project(tmp_path)
+    before = _fingerprints(path)[ENVIRONMENT_TAG]
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "conda.yml").rename(tmp_path / "envs" / "other-name.yml")
+    path.write_text(path.read_text().replace("conda_file: conda.yml", "conda_file: envs/other-name.yml"))
+    assert _fingerprints(path)[ENVIRONMENT_TAG] == before
+
+
+def test_an_environment_entity_hashes_like_the_same_yaml(tmp_path: Path) -> None:
+    from azure.ai.ml.entities import Environment
+
+    from airflow_azureml.specs import ENVIRONMENT_TAG, environment_fingerprint
+
+    path = _project(tmp_path)
+    entity = Environment(image=IMAGE, conda_file=str(tmp_path / "conda.yml"))
+    assert environment_fingerprint(entity, tmp_path) == _fingerprints(path)[ENVIRONMENT_TAG]
+    assert environment_fingerprint("azureml:sklearn-env:1", tmp_path) is None  # a registered one compares by id
+    assert environment_fingerprint(Environment(name="sklearn-env", version="1", image=IMAGE), tmp_path) is None
+
+
+def test_missing_code_folder_or_conda_file_fails_before_any_api_call(tmp_path: Path) -> None:
+    path = _project(tmp_path)
+    (tmp_path / "conda.yml").unlink()
+    with pytest.raises(AzureMLConfigError, match=r"conda_file .*conda.yml.* does not exist"):
+        _fingerprints(path)
+    _project(tmp_path)
+    for child in sorted((tmp_path / "code").rglob("*"), reverse=True):
+        child.unlink() if child.is_file() else child.rmdir()
+    (tmp_path / "code").rmdir()
+    with pytest.raises(AzureMLConfigError, match=r"code_configuration.code .*code.* does not exist"):
+        _fingerprints(path)
+
+
+def _read_back_inline(spec: DeploymentSpec, tags: dict | None) -> object:
+    """The deployment as the service returns it after the operator wrote ``spec`` (ARM ids, our tags)."""
+    from azure.ai.ml.entities import CodeConfiguration
+
+    ws = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.MachineLearningServices/workspaces/ws"
+    return _read_back(
+        environment=f"{ws}/environments/CliV2AnonymousEnvironment/versions/84b1172b",
+        code_configuration=CodeConfiguration(code=f"{ws}/codes/5e1f/versions/1", scoring_script="batch_driver.py"),
+        tags=tags,
+    )
+
+
+def test_unchanged_local_code_and_inline_environment_are_not_a_difference(tmp_path: Path) -> None:
+    spec = DeploymentSpec.from_yaml(_project(tmp_path))
+    assert spec.differences(_read_back_inline(spec, dict(spec.fingerprints)), latest_model_version="1") == {}
+
+
+def test_a_deployment_without_our_fingerprint_tags_counts_as_changed(tmp_path: Path) -> None:
+    spec = DeploymentSpec.from_yaml(_project(tmp_path))
+    diffs = spec.differences(_read_back_inline(spec, {"owner": "someone"}), latest_model_version="1")
+    assert sorted(diffs) == ["code_configuration", "environment"]
+
+
+def test_a_changed_conda_file_is_a_difference_against_the_tag(tmp_path: Path) -> None:
+    path = _project(tmp_path)
+    old = DeploymentSpec.from_yaml(path)
+    have = _read_back_inline(old, dict(old.fingerprints))
+    (tmp_path / "conda.yml").write_text(CONDA.replace("2.0.3", "2.1.0"))
+    assert list(DeploymentSpec.from_yaml(path).differences(have, latest_model_version="1")) == ["environment"]
+
+
+def test_the_entity_sent_carries_the_fingerprint_tags_and_the_yaml_tags(tmp_path: Path) -> None:
+    path = _project(tmp_path)
+    path.write_text(path.read_text() + "tags:\n  team: cardio\n")
+    spec = DeploymentSpec.from_yaml(path)
+    assert spec.to_entity().tags == {"team": "cardio", **spec.fingerprints}
+    assert spec.differences(_read_back_inline(spec, dict(spec.fingerprints)), latest_model_version="1") == {}
+
+
+def test_registered_code_and_environment_need_no_fingerprint() -> None:
+    spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    assert dict(spec.fingerprints) == {}
+    assert spec.to_entity().tags in (None, {})
