@@ -13,7 +13,7 @@ from aiohttp import web
 
 from airflow_azureml.emulator.azure_rules import is_datastore_name
 from airflow_azureml.emulator.faults import FaultRule
-from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, utcnow
+from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, system_data, utcnow
 from airflow_azureml.emulator.runtime import EmulatorError, Workspace
 
 PROVIDER = "Microsoft.MachineLearningServices"
@@ -107,6 +107,7 @@ class Routes:
         r.add_get(w + "/models/{name}", self.get_model_container)
         r.add_get(w + "/models/{name}/versions", self.list_model_versions)
         r.add_get(w + "/models/{name}/versions/{version}", self.get_model_version)
+        r.add_route("*", w + "/environments/{name}/versions/{version}", self.environment_version)
         r.add_get(
             "/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/mfeOperationsStatus/{op}",
             self.operation_status,
@@ -453,6 +454,34 @@ class Routes:
         if version not in self.ws.models.get(name, {}):
             return _not_found("models", f"{name}:{version}")
         return web.json_response(self._model_version_json(name, version))
+
+    # ----------------------------------------------------------- environments
+    def _environment_json(self, name: str, version: str) -> dict[str, Any]:
+        resource = self.ws.environments[(name, version)]
+        props = dict(resource.body.get("properties") or {})
+        for key, default in (("autoRebuild", "Disabled"), ("osType", "Linux"), ("isAnonymous", False)):
+            props.setdefault(key, default)  # the swagger's defaults, as the service fills them in
+        props.update({"isArchived": False, "environmentType": "UserCreated", "provisioningState": "Succeeded"})
+        return {
+            "id": f"{self.ws_id}/environments/{name}/versions/{version}",
+            "name": version,
+            "type": f"{PROVIDER}/workspaces/environments/versions",
+            "properties": props,
+            "systemData": system_data(resource.created, resource.modified),
+        }
+
+    async def environment_version(self, request: web.Request) -> web.Response:
+        """The SDK registers an inline environment (``CliV2AnonymousEnvironment``) here before a deployment."""
+        self._check_scope(request)
+        name, version = request.match_info["name"], request.match_info["version"]
+        if request.method == "GET":
+            if (name, version) not in self.ws.environments:
+                return _not_found("environments", f"{name}:{version}")
+            return web.json_response(self._environment_json(name, version))
+        if request.method == "PUT":
+            _, created = self.ws.put_environment_version(name, version, await request.json())
+            return web.json_response(self._environment_json(name, version), status=201 if created else 200)
+        return web.Response(status=405)
 
     # ------------------------------------------------------------ data plane
     async def invoke(self, request: web.Request) -> web.Response:

@@ -65,6 +65,10 @@ class Timing:
     tick: float = 0.02
 
 
+# An environment version's create-only properties (swagger 2024-10-01, x-ms-mutability: create, read).
+_ENVIRONMENT_DEFINITION = ("image", "condaFile", "build", "inferenceConfig", "osType", "autoRebuild")
+
+
 class EmulatorError(Exception):
     """An error the emulator reports to clients as an ARM error body (``extra``: more keys of that body)."""
 
@@ -132,6 +136,7 @@ class Workspace:
         self.deployments: dict[tuple[str, str], TrackedResource] = {}
         self.jobs: dict[str, Job] = {}
         self.models: dict[str, dict[str, dict[str, Any]]] = {}
+        self.environments: dict[tuple[str, str], TrackedResource] = {}  # (name, version) -> environment version
         self.scoring = ScoringRegistry()
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
         self.behaviour = Behaviour()
@@ -310,6 +315,32 @@ class Workspace:
             self.deployments[key] = TrackedResource(name=name, body=body)
             return self.deployments[key], True
         existing.body = body
+        existing.modified = utcnow()
+        return existing, False
+
+    def put_environment_version(self, name: str, version: str, body: dict[str, Any]) -> tuple[TrackedResource, bool]:
+        """Create an environment version, or update its description/tags; its definition never changes.
+
+        The swagger (2024-10-01, ``EnvironmentVersion``) marks image, condaFile, build, inferenceConfig,
+        osType and autoRebuild ``x-ms-mutability: [create, read]``: another definition under an existing
+        version is refused (409, as the SDK's ``ResourceExistsError`` handling expects), the same one is a 200.
+        """
+        props = body.get("properties") or {}
+        existing = self.environments.get((name, version))
+        if existing is None:
+            self.environments[(name, version)] = TrackedResource(name=version, body=body)
+            return self.environments[(name, version)], True
+        have = existing.body.get("properties") or {}
+        changed = [k for k in _ENVIRONMENT_DEFINITION if have.get(k) != props.get(k)]
+        if changed:
+            raise EmulatorError(
+                409,
+                "UserError",
+                f"Environment {name}:{version} already exists with another {', '.join(changed)}; "
+                "an environment version cannot be changed, create a new version.",
+            )
+        mutable = {k: props[k] for k in ("description", "tags", "properties", "isArchived", "stage") if k in props}
+        existing.body = {**existing.body, "properties": {**have, **mutable}}
         existing.modified = utcnow()
         return existing, False
 

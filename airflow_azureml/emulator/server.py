@@ -46,7 +46,7 @@ from airflow_azureml.emulator.runtime import EmulatorError, Timing, Workspace
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PUBLIC_PREFIXES = ("/common/discovery/", "/discovery/")
+PUBLIC_PREFIXES = ("/common/discovery/", "/discovery/", "/api/retail/")  # retail prices: public, as in Azure
 MAX_LOGGED_REQUESTS = 200_000
 
 
@@ -344,6 +344,16 @@ class Emulator:
 
     def set_eviction_rate(self, name: str, per_node_per_second: float) -> None:
         self.call(lambda: self.workspace.set_eviction_rate(name, per_node_per_second))
+
+    def bill(self) -> dict[str, Any]:
+        """The emulator's own bill (``emulator.billing``), as ``GET /_emulator/bill`` returns it."""
+        return self.call(self.workspace.bill)
+
+    def set_price_ratio(
+        self, vm_size: str, *, spot: float | None = None, low_priority: float | None = None
+    ) -> dict[str, Any]:
+        """Spot / Low Priority rate of ``vm_size`` as a fraction of pay-as-you-go; also ``POST /_emulator/prices``."""
+        return self.call(lambda: self.workspace.set_price_ratio(vm_size, spot=spot, low_priority=low_priority))
 
     def add_fault(self, **rule: Any) -> None:
         fault = FaultRule.from_dict(rule)
