@@ -94,6 +94,88 @@ def test_each_real_change_updates_the_deployment(deployed: Emulator, change: dic
     assert deploy(**change)["changed"] is False
 
 
+def logged(capfd: pytest.CaptureFixture[str]) -> str:
+    """What the operator logged (Airflow's task logger writes to the process's stdout/stderr here)."""
+    out, err = capfd.readouterr()
+    return out + err
+
+
+def test_unchanged_at_latest_model_is_not_a_change(deployed: Emulator, capfd: pytest.CaptureFixture[str]) -> None:
+    """``@latest`` resolves to today's latest version; while that is the deployed one, nothing is written."""
+    deployed.call(lambda: deployed.workspace.register_model("other-model", "7"))  # another model's versions: no change
+    before = writes(deployed, "/deployments/")
+    logged(capfd)
+    assert deploy()["changed"] is False
+    assert writes(deployed, "/deployments/") == before
+    assert "already has the wanted settings" in logged(capfd)
+
+
+# ------------------------------------------- inline environment and local code compare by content (issue 9, §6)
+CONDA = "name: scoring\ndependencies:\n  - python=3.10\n  - pip:\n    - xgboost==2.0.3\n"
+
+
+def inline_project(root: Path, *, code: bool) -> Path:
+    """The seed deployment with an inline environment (image + conda file beside the YAML), and local code."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "conda.yml").write_text(CONDA)
+    text = (SEED / "deployment.yml").read_text()
+    text += "environment:\n  image: mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest\n  conda_file: conda.yml\n"
+    if code:
+        (root / "code").mkdir(exist_ok=True)
+        (root / "code" / "batch_driver.py").write_text("def init():\n    pass\n\n\ndef run(batch):\n    return batch\n")
+        text += "code_configuration:\n  code: code\n  scoring_script: batch_driver.py\n"
+    (root / "deployment.yml").write_text(text)
+    return root / "deployment.yml"
+
+
+def deploy_yaml(path: Path) -> dict[str, Any]:
+    return AzureMLCreateBatchDeploymentOperator(task_id="deploy", deployment=str(path), set_default=False).execute({})
+
+
+def test_unchanged_inline_environment_is_not_rewritten(
+    deployed: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_azureml.specs import ENVIRONMENT_TAG
+
+    path = inline_project(tmp_path / "project", code=False)
+    monkeypatch.chdir(tmp_path)  # relative paths resolve against the YAML's folder, not the worker's cwd
+    assert deploy_yaml(path)["changed"] is True
+    first = emulator_deployment(deployed)
+    assert first["tags"][ENVIRONMENT_TAG]
+    assert "/environments/" in first["properties"]["environmentId"]
+    before = writes(deployed, "/deployments/")
+    logged(capfd)
+    assert deploy_yaml(path)["changed"] is False
+    assert "already has the wanted settings" in logged(capfd)
+    assert writes(deployed, "/deployments/") == before  # no PUT at all
+
+    (tmp_path / "project" / "conda.yml").write_text(CONDA.replace("2.0.3", "2.1.0"))
+    assert deploy_yaml(path)["changed"] is True
+    assert writes(deployed, "/deployments/") == before + 1
+    second = emulator_deployment(deployed)
+    assert second["tags"][ENVIRONMENT_TAG] != first["tags"][ENVIRONMENT_TAG]
+    assert second["properties"]["environmentId"] != first["properties"]["environmentId"]  # a new environment
+    assert deploy_yaml(path)["changed"] is False
+
+
+def test_deployment_written_by_someone_else_without_our_tag_is_updated(deployed: Emulator, tmp_path: Path) -> None:
+    """No fingerprint tag: we cannot tell what its environment holds, so we write (never miss a change)."""
+    path = inline_project(tmp_path / "project", code=False)
+    assert deploy_yaml(path)["changed"] is True
+
+    def drop_tags() -> None:
+        deployed.workspace.deployments[(ENDPOINT, DEPLOYMENT)].body["tags"] = {}
+
+    deployed.call(drop_tags)
+    before = writes(deployed, "/deployments/")
+    assert deploy_yaml(path)["changed"] is True
+    assert writes(deployed, "/deployments/") == before + 1
+
+
+def emulator_deployment(emulator: Emulator) -> dict[str, Any]:
+    return emulator.call(lambda: dict(emulator.workspace.deployments[(ENDPOINT, DEPLOYMENT)].body))
+
+
 def test_unknown_key_in_deployment_yaml_fails_before_any_request(deployed: Emulator, tmp_path: Path) -> None:
     path = tmp_path / "deployment.yml"
     path.write_text((SEED / "deployment.yml").read_text().replace("mini_batch_size", "mini_bach_size"))
