@@ -23,7 +23,25 @@ def datastore_root() -> str:
 
 
 def storage(relative: str) -> ObjectStoragePath:
-    return ObjectStoragePath(f"{datastore_root()}/{relative.strip('/')}")
+    """``relative`` under the root. ``abfs[s]://container@account.dfs.core.windows.net[/prefix]``, the
+    ADLS Gen2 URI Azure documents, becomes ``abfs://container/prefix`` on the Airflow connection named
+    by ``AZUREML_STORAGE_CONN_ID`` (an ``adls``/``wasb`` connection for that account): Airflow's
+    ``ObjectStoragePath`` would read ``container`` as a connection id and drop the account.
+    """
+    root = datastore_root()
+    scheme, _, rest = root.partition("://")
+    netloc, _, prefix = rest.partition("/")
+    container, at, host = netloc.rpartition("@")
+    if scheme in ("abfs", "abfss") and at and "." in host:
+        conn_id = os.environ.get("AZUREML_STORAGE_CONN_ID")
+        if not conn_id:
+            raise ValueError(
+                f"AZUREML_DATASTORE_ROOT={root!r} is on storage account {host.split('.', 1)[0]!r}: set "
+                "AZUREML_STORAGE_CONN_ID to an Airflow connection (type adls or wasb) for that account."
+            )
+        key = "/".join(part for part in (prefix.strip("/"), relative.strip("/")) if part)
+        return ObjectStoragePath(f"{scheme}://{container}/{key}", conn_id=conn_id)
+    return ObjectStoragePath(f"{root}/{relative.strip('/')}")
 
 
 def datastore_uri(relative: str) -> str:

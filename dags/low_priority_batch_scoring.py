@@ -21,8 +21,18 @@ kept. Delete it yourself (``AzureMLDeleteComputeOperator`` or ``az ml compute de
 run uses it.
 
 The same file runs against Azure and against the local emulator; only the ``azure_ml_default``
-connection and ``AZUREML_DATASTORE_ROOT`` (where the workspace's blob datastore is mounted or
-reachable through fsspec, e.g. ``abfs://container@account.dfs.core.windows.net``) differ.
+connection and the environment below differ (docs/azure.md: running it on a workspace).
+
+Environment (read by the DAG processor and the workers alike):
+
+- ``AZUREML_DATASTORE_ROOT``: where the workspace's ``workspaceblobstore`` container is reachable
+  with ``ObjectStoragePath``: a mounted folder (``file:///mnt/blobstore``), or Azure's ADLS Gen2 URI
+  ``abfs://container@account.dfs.core.windows.net`` together with ``AZUREML_STORAGE_CONN_ID``, an
+  Airflow connection (type ``adls`` or ``wasb``) for that storage account; ``abfs`` needs
+  ``pip install "airflow-azureml[azure-storage]"``. Default: the emulator's local folder.
+- ``AZUREML_POLL_SECONDS``: first poll interval of a job's wait (default 30; it backs off to 300).
+- ``AZUREML_RESUBMIT_BACKOFF_SECONDS``: wait before resubmitting a preempted job (default 60).
+- ``AZUREML_DEFERRABLE``: ``true`` (default) waits in the triggerer, ``false`` in the worker.
 """
 
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""``AZUREML_DATASTORE_ROOT`` of the example DAGs: Azure's ``abfs://container@account...`` form (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+@pytest.fixture
+def ep() -> ModuleType:
+    """The DAGs' shared module, importable as Airflow makes it (tests/conftest.py puts the DAG folder on the path)."""
+    import example_partitions
+
+    return example_partitions
+
+
+def test_airflow_alone_reads_the_container_as_a_connection_id() -> None:
+    """Why the root is parsed: ObjectStoragePath takes ``container@`` as a conn id and drops the account."""
+    from airflow.sdk import ObjectStoragePath
+
+    naive = ObjectStoragePath("abfs://data@myaccount.dfs.core.windows.net/scoring")
+    assert naive.conn_id == "data"
+    assert "myaccount" not in str(naive)  # the account is gone
+
+
+def test_the_azure_form_names_container_path_and_the_storage_connection(
+    ep: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "abfs://data@myaccount.dfs.core.windows.net/blobstore/")
+    monkeypatch.setenv("AZUREML_STORAGE_CONN_ID", "my_adls")
+    path = ep.storage("scoring/input/x")
+    assert path.conn_id == "my_adls"
+    assert path.protocol == "abfs"
+    assert path.bucket == "data"
+    assert path.key == "blobstore/scoring/input/x"
+
+
+def test_abfss_and_no_prefix(ep: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "abfss://data@myaccount.dfs.core.windows.net")
+    monkeypatch.setenv("AZUREML_STORAGE_CONN_ID", "my_adls")
+    path = ep.storage("a/b")
+    assert (path.protocol, path.bucket, path.key, path.conn_id) == ("abfss", "data", "a/b", "my_adls")
+
+
+def test_the_azure_form_without_a_storage_connection_is_a_clear_error(
+    ep: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "abfs://data@myaccount.dfs.core.windows.net")
+    monkeypatch.delenv("AZUREML_STORAGE_CONN_ID", raising=False)
+    with pytest.raises(ValueError, match="AZUREML_STORAGE_CONN_ID") as err:
+        ep.storage("a")
+    assert "myaccount" in str(err.value)
+
+
+def test_airflow_s_own_form_and_local_folders_pass_through(
+    ep: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "abfs://my_adls@data/blobstore")
+    monkeypatch.delenv("AZUREML_STORAGE_CONN_ID", raising=False)
+    path = ep.storage("a")
+    assert (path.conn_id, path.bucket, path.key) == ("my_adls", "data", "blobstore/a")
+
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
+    local = ep.storage("a/b.txt")
+    assert local.conn_id is None and local.path == f"{tmp_path}/a/b.txt"
