@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test reliability lint install clean
+.PHONY: demo test reliability lint install clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ test: $(STAMP)
 reliability: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	AZUREML_RELIABILITY_DIR="$(CURDIR)/docs" $(PY) -m pytest -q -p no:cacheprovider tests/e2e
+
+# The docs site (Sphinx, warnings are errors) into the git-ignored docs/_build/html; autodoc imports
+# Airflow, whose home is kept inside docs/_build too. Open docs/_build/html/index.html afterwards.
+docs: $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,docs]"
+	rm -rf docs/_build
+	AIRFLOW_HOME="$(CURDIR)/docs/_build/airflow-home" $(PY) -m sphinx -W --keep-going -q -b html -d docs/_build/doctrees docs docs/_build/html
+	@echo "docs: built docs/_build/html/index.html (serve it: $(PY) -m http.server -d docs/_build/html)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
