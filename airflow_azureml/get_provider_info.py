@@ -41,6 +41,14 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.triggers.job"]}
         ],
         "extra-links": ["airflow_azureml.links.studio.AzureMLStudioJobLink"],
+        "asset-uris": [
+            {
+                "schemes": ["azureml"],
+                "handler": "airflow_azureml.assets.sanitize_uri",
+                "factory": "airflow_azureml.assets.create_asset",
+                "to_openlineage_converter": "airflow_azureml.assets.convert_asset_to_openlineage",
+            }
+        ],
         "connection-types": [
             {
                 "connection-type": "azure_ml",

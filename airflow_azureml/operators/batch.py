@@ -13,6 +13,8 @@ from airflow_azureml.operators.job_base import AzureMLJobOperatorBase
 from airflow_azureml.redaction import scrub
 
 if TYPE_CHECKING:
+    from airflow_azureml.operators.job_base import ResubmissionState
+    from airflow_azureml.outcomes import Classification, JobSnapshot
     from airflow_azureml.specs import DeploymentSpec
 
 
@@ -353,3 +355,28 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             "inputs": self.inputs,
             "outputs": self.outputs or {},
         }
+
+    def result(self, state: ResubmissionState, snapshot: JobSnapshot, verdict: Classification) -> dict[str, Any]:
+        """The completed job's result; its outputs become asset events (``airflow_azureml.assets``)."""
+        from airflow_azureml.assets import output_places, record_output_events
+
+        result = super().result(state, snapshot, verdict)
+        self._completed = result
+        extra = {"job_name": result["job_name"], "job_names": result["job_names"], "endpoint": self.endpoint_name}
+        places = output_places(self.outputs, result.get("output_uri"))
+        record_output_events(self._context, self.outlets, places, extra)
+        return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the inputs, the outputs and the job chain (``airflow_azureml.openlineage``)."""
+        from airflow_azureml.openlineage import job_lineage
+
+        completed = getattr(self, "_completed", None) or {}
+        outputs = self.outputs or ({"score": completed["output_uri"]} if completed.get("output_uri") else {})
+        return job_lineage(self, self.inputs, outputs)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """OpenLineage on failure: the inputs, the outputs the work was to write, and the jobs tried."""
+        from airflow_azureml.openlineage import job_lineage
+
+        return job_lineage(self, self.inputs, self.outputs)

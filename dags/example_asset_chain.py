@@ -1,0 +1,160 @@
+"""ETL -> scoring -> report, chained by Airflow Assets on ``azureml://`` datastore URIs.
+
+1. ``example_asset_etl`` writes the interval's records as partition folders on the datastore and emits
+   the input Asset, with the partitions in the event's extra.
+2. ``example_asset_scoring`` is scheduled on that Asset. It scores each partition with a mapped invoke
+   task whose outputs are rendered at run time, so they are emitted through the ``AssetAlias``
+   ``azureml-scored-partitions``: one Asset per scored partition folder.
+3. ``example_asset_report`` is scheduled on the alias: it summarises the scored partitions in an
+   Azure ML command job whose inputs are those folders, and counts the rows scored.
+
+The same file runs against Azure and the emulator: see ``low_priority_batch_scoring.py`` for the
+connection and ``AZUREML_DATASTORE_ROOT``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import example_partitions
+import pendulum
+from airflow.sdk import DAG, Asset, AssetAlias, task
+
+from airflow_azureml.assets import datastore_uri, parse_datastore_uri
+from airflow_azureml.operators import (
+    AzureMLCreateBatchDeploymentOperator,
+    AzureMLCreateComputeClusterOperator,
+    AzureMLInvokeBatchEndpointOperator,
+    AzureMLSubmitCommandJobOperator,
+)
+
+CONFIG = Path(__file__).parent / "azureml"
+PREFIX = "assets"
+POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
+START = pendulum.datetime(2026, 11, 1, tz="UTC")
+
+# [START howto_assets_uris]
+RECORDS = Asset(datastore_uri(example_partitions.DATASTORE, f"{PREFIX}/input"))
+SCORED = AssetAlias("azureml-scored-partitions")
+# [END howto_assets_uris]
+
+
+def _events(context: dict[str, Any], key: Any, whole_run: bool) -> list[Any]:
+    """The asset events that triggered this run. In a run nothing triggered (``dag.test()``, a manual run):
+    the latest event, or with ``whole_run`` every event of the latest run that emitted one."""
+    events = list(context["triggering_asset_events"].get(key, ()))
+    if events:
+        return events
+    recent = list(context["inlet_events"][key][-50:])
+    if not recent:
+        return []
+    if not whole_run:
+        return recent[-1:]
+    last = recent[-1]
+    return [e for e in recent if (e.source_dag_id, e.source_run_id) == (last.source_dag_id, last.source_run_id)]
+
+
+with DAG(
+    dag_id="example_asset_etl",
+    schedule="@daily",
+    start_date=START,
+    catchup=False,
+    tags=["azureml", "assets", "example"],
+    doc_md=__doc__,
+) as etl_dag:
+
+    @task(outlets=[RECORDS])
+    def extract(data_interval_start: pendulum.DateTime, outlet_events: Any = None) -> list[dict[str, Any]]:
+        """Write the interval's partitions; the Asset event tells the scoring DAG which ones."""
+        interval = example_partitions.interval_key(data_interval_start)
+        partitions = example_partitions.write_partitions(
+            PREFIX, interval, int(data_interval_start.timestamp()), partitions=2, files=2, rows=10
+        )
+        outlet_events[RECORDS].extra = {"interval": interval, "partitions": partitions}
+        return partitions
+
+    extract()
+
+
+with DAG(
+    dag_id="example_asset_scoring",
+    schedule=[RECORDS],
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    tags=["azureml", "assets", "example"],
+    doc_md=__doc__,
+) as scoring_dag:
+    create_cluster = AzureMLCreateComputeClusterOperator(
+        task_id="create_low_priority_cluster", compute=str(CONFIG / "low-pri-cluster.yml")
+    )
+    create_deployment = AzureMLCreateBatchDeploymentOperator(
+        task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml")
+    )
+
+    @task(inlets=[RECORDS])
+    def plan(**context: Any) -> list[dict[str, Any]]:
+        """One invoke per partition the ETL announced; the job identity is the partition (exactly once)."""
+        partitions = [p for event in _events(context, RECORDS, False) for p in event.extra.get("partitions", [])]
+        return [
+            {
+                "inputs": {"heart_dataset": example_partitions.datastore_uri(p["input"])},
+                "outputs": {"score": example_partitions.datastore_uri(p["output"])},
+                "job_identity": p["input"],
+            }
+            for p in partitions
+        ]
+
+    # [START howto_assets_invoke_outlets]
+    score = AzureMLInvokeBatchEndpointOperator.partial(
+        task_id="score_partition",
+        endpoint_name="heart-classifier-batch",
+        deployment_name="classifier-xgboost",
+        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        outlets=[SCORED],  # one asset event per rendered output, emitted when the job completed
+        map_index_template="{{ task.job_identity }}",
+    ).expand_kwargs(plan())
+    # [END howto_assets_invoke_outlets]
+    create_cluster >> create_deployment >> score
+
+
+with DAG(
+    dag_id="example_asset_report",
+    schedule=[SCORED],
+    start_date=START,
+    catchup=False,
+    tags=["azureml", "assets", "example"],
+    doc_md=__doc__,
+) as report_dag:
+
+    @task(inlets=[SCORED])
+    def scored_partitions(**context: Any) -> dict[str, str]:
+        """The scored partition folders, as command-job inputs (``part_000``: ``azureml://...``)."""
+        uris = sorted({event.asset.uri for event in _events(context, SCORED, True)})
+        return {f"part_{i:03d}": uri for i, uri in enumerate(uris)}
+
+    partitions = scored_partitions()
+    summarize = AzureMLSubmitCommandJobOperator(
+        task_id="summarize_predictions",
+        # Azure ML mounts each input and names its path in AZURE_ML_INPUT_<name>
+        command="python -c \"import os; print(sorted(k for k in os.environ if k.startswith('AZURE_ML_INPUT_')))\"",
+        environment="azureml:AzureML-sklearn-1.5@latest",
+        compute="low-pri-cluster",
+        inputs=partitions,
+        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+    )
+
+    @task
+    def count_rows(inputs: dict[str, str]) -> dict[str, Any]:
+        """Rows scored per partition, read from the datastore."""
+        rows = {}
+        for uri in inputs.values():
+            place = parse_datastore_uri(uri)
+            predictions = example_partitions.storage(place.path) / "predictions.csv" if place else None
+            rows[uri] = len(predictions.read_text().splitlines()) if predictions and predictions.exists() else 0
+        print(rows)
+        return {"partitions": len(rows), "rows_scored": sum(rows.values()), "rows": rows}
+
+    count_rows(partitions)

@@ -1,0 +1,172 @@
+"""Assets on ``azureml://`` URIs: the provider's scheme registration, and the ETL -> scoring -> report chain
+(``dags/example_asset_chain.py``) run with ``dag.test()`` against the emulator, asset events read from the
+metadata DB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+
+from airflow_azureml.emulator import Emulator
+from tests.conftest import load_dag, task_states, xcom_value
+
+INTERVAL = pendulum.datetime(2026, 11, 20, tz="UTC")
+CHAIN = ("example_asset_etl", "example_asset_scoring", "example_asset_report")
+RECORDS_URI = "azureml://datastores/workspaceblobstore/paths/assets/input"
+
+
+def test_provider_registers_the_azureml_scheme() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    pm = ProvidersManager()
+    pm.initialize_providers_asset_uri_resources()
+    assert pm.asset_uri_handlers["azureml"].__name__ == "sanitize_uri"
+    asset = pm.asset_factories["azureml"](datastore="workspaceblobstore", path="/scoring/output/")
+    assert asset.uri == "azureml://datastores/workspaceblobstore/paths/scoring/output"
+    assert "azureml" in pm.asset_to_openlineage_converters
+
+
+@pytest.mark.parametrize(
+    ("written", "stored"),
+    [
+        ("azureml://datastores/workspaceblobstore/paths/scoring/output/part-000/", None),
+        ("azureml://DataStores/workspaceblobstore/Paths/scoring//output/part-000", None),
+        (
+            "azureml://subscriptions/S/resourceGroups/RG/workspaces/WS/datastores/ds/paths/In/",
+            "azureml://subscriptions/S/resourcegroups/RG/workspaces/WS/datastores/ds/paths/In",
+        ),
+        ("azureml://jobs/job-1/outputs/score", "azureml://jobs/job-1/outputs/score"),
+    ],
+)
+def test_asset_uris_are_normalised(written: str, stored: str | None) -> None:
+    from airflow.sdk import Asset
+
+    expected = stored or "azureml://datastores/workspaceblobstore/paths/scoring/output/part-000"
+    assert Asset(written).uri == expected
+
+
+@pytest.mark.parametrize(
+    "bad", ["azureml://datastores/ds", "azureml://workspaceblobstore/paths/x", "azureml://datastores/ds/paths/x?a=1"]
+)
+def test_malformed_azureml_uris_are_refused(bad: str) -> None:
+    from airflow.sdk import Asset
+
+    with pytest.raises(ValueError, match="azureml://"):
+        Asset(bad)
+
+
+def _sync_and_unpause(dag_ids: tuple[str, ...]) -> None:
+    """Write the DAG folder to the metadata DB (as the DAG processor would) and unpause the chain: Airflow
+    queues runs only for unpaused DAGs scheduled on an asset."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    manager = DagBundlesManager()
+    manager.sync_bundles_to_db()
+    for bundle in manager.get_all_dag_bundles():
+        if not bundle.is_initialized:
+            bundle.initialize()
+        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        sync_bag_to_db(bag, bundle.name, bundle.version)
+    with create_session() as session:
+        session.query(DagModel).filter(DagModel.dag_id.in_(dag_ids)).update(
+            {DagModel.is_paused: False}, synchronize_session=False
+        )
+
+
+def asset_events(run: Any) -> list[dict[str, Any]]:
+    """The asset events a DAG run emitted, from the metadata DB."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetEvent)
+            .filter_by(source_dag_id=run.dag_id, source_run_id=run.run_id)
+            .order_by(AssetEvent.source_map_index)
+            .all()
+        )
+        return [
+            {
+                "uri": row.asset.uri,
+                "task": row.source_task_id,
+                "map_index": row.source_map_index,
+                "extra": dict(row.extra or {}),
+                "aliases": sorted(a.name for a in row.source_aliases),
+            }
+            for row in rows
+        ]
+
+
+def queued_for(dag_id: str) -> list[str]:
+    """The asset URIs Airflow queued a run of ``dag_id`` for (``asset_dag_run_queue``)."""
+    from airflow.models.asset import AssetDagRunQueue, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetModel.uri)
+            .join(AssetDagRunQueue, AssetDagRunQueue.asset_id == AssetModel.id)
+            .filter(AssetDagRunQueue.target_dag_id == dag_id)
+            .all()
+        )
+        return sorted(r[0] for r in rows)
+
+
+def _clear_queue() -> None:
+    from airflow.models.asset import AssetDagRunQueue
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.query(AssetDagRunQueue).filter(AssetDagRunQueue.target_dag_id.in_(CHAIN)).delete()
+
+
+@pytest.fixture
+def chain_env(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{emulator.datastore_path('')}")
+    monkeypatch.setenv("AZUREML_POLL_SECONDS", "0.1")
+    _sync_and_unpause(CHAIN)
+    _clear_queue()
+    yield emulator
+    _clear_queue()
+
+
+def test_etl_scoring_report_chain_on_assets(chain_env: Emulator) -> None:
+    emulator = chain_env
+
+    etl = load_dag("example_asset_chain.py", "example_asset_etl").test(logical_date=INTERVAL)
+    assert str(etl.state) == "success", task_states(etl)
+    (records,) = asset_events(etl)
+    assert records["uri"] == RECORDS_URI and records["task"] == "extract"
+    assert len(records["extra"]["partitions"]) == 2
+    assert queued_for("example_asset_scoring") == [RECORDS_URI]  # the scoring DAG is scheduled on it
+
+    scoring = load_dag("example_asset_chain.py", "example_asset_scoring").test(logical_date=INTERVAL)
+    assert str(scoring.state) == "success", task_states(scoring)
+    scored = asset_events(scoring)
+    interval = records["extra"]["interval"]
+    outputs = [f"azureml://datastores/workspaceblobstore/paths/assets/output/{interval}/part-{k:03d}" for k in (0, 1)]
+    assert [e["uri"] for e in scored] == outputs  # the outputs rendered at run time, one event per mapped task
+    for k, event in enumerate(scored):
+        result = xcom_value(scoring, "score_partition", map_index=k)
+        assert event["task"] == "score_partition" and event["map_index"] == k
+        assert event["aliases"] == ["azureml-scored-partitions"]
+        assert event["extra"]["job_name"] == result["job_name"] and event["extra"]["output"] == "score"
+        assert event["extra"]["job_names"] == result["job_names"]
+    assert queued_for("example_asset_report") == outputs  # the report DAG is scheduled on the alias
+    jobs = len(emulator.jobs())
+    assert jobs == 2
+
+    report = load_dag("example_asset_chain.py", "example_asset_report").test(logical_date=INTERVAL)
+    assert str(report.state) == "success", task_states(report)
+    summary = xcom_value(report, "count_rows")
+    assert summary["partitions"] == 2 and summary["rows_scored"] == 2 * 2 * 10
+    command = emulator.job(xcom_value(report, "summarize_predictions")["job_name"])
+    assert command is not None and command.status == "Completed"
+    assert sorted(i["uri"].rstrip("/") for i in command.submitted["inputs"].values()) == outputs
+
