@@ -114,6 +114,9 @@ def test_unchanged_at_latest_model_is_not_a_change(deployed: Emulator, capfd: py
 CONDA = "name: scoring\ndependencies:\n  - python=3.10\n  - pip:\n    - xgboost==2.0.3\n"
 
 
+ENVIRONMENT_TAG = "airflow_azureml.environment_sha256"  # the documented tag name (docs/operators.md)
+
+
 def inline_project(root: Path, *, code: bool) -> Path:
     """The seed deployment with an inline environment (image + conda file beside the YAML), and local code."""
     root.mkdir(parents=True, exist_ok=True)
@@ -135,8 +138,6 @@ def deploy_yaml(path: Path) -> dict[str, Any]:
 def test_unchanged_inline_environment_is_not_rewritten(
     deployed: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_azureml.specs import ENVIRONMENT_TAG
-
     path = inline_project(tmp_path / "project", code=False)
     monkeypatch.chdir(tmp_path)  # relative paths resolve against the YAML's folder, not the worker's cwd
     assert deploy_yaml(path)["changed"] is True
