@@ -9,8 +9,18 @@ Steps:
 3. score the interval's partitions, one checkpointed job each;
 4. run a command job on the GPU instance type ``gpusmall`` (its resources checked to fit).
 
-Against the emulator, ``AZUREML_KUBECONFIG`` points at the kubeconfig it writes; against Azure,
-at a kubeconfig for the cluster (or set ``kubernetes_conn_id``).
+Environment, read on the worker when a task's templates render (never by the DAG processor):
+
+- ``AZUREML_K8S_RESOURCE_ID`` (required): the ARM id of your AKS or Arc cluster,
+  ``/subscriptions/<sub>/resourceGroups/<rg>/providers/Microsoft.ContainerService/managedClusters/<name>``
+  (``az aks show -g <rg> -n <name> --query id -o tsv``). It has no default: no one else's cluster is guessed.
+- ``AZUREML_KUBECONFIG``: a kubeconfig for that cluster (default ``~/.kube/config`` of the worker's user;
+  ``az aks get-credentials`` writes it), or give the operator ``kubernetes_conn_id`` instead. Against the
+  emulator it is the kubeconfig the emulator writes.
+
+Read by the DAG processor as well (they shape the tasks): ``AZUREML_DATASTORE_ROOT`` and
+``AZUREML_STORAGE_CONN_ID`` (see ``low_priority_batch_scoring``), ``AZUREML_POLL_SECONDS`` (first poll
+interval, default 30) and ``AZUREML_DEFERRABLE`` (default ``true``).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import example_partitions
 import pendulum
 from airflow.sdk import DAG, Param, task
 
+from airflow_azureml.exceptions import AzureMLConfigError
 from airflow_azureml.operators import (
     AzureMLAttachKubernetesComputeOperator,
     AzureMLCreateBatchDeploymentOperator,
@@ -36,14 +47,25 @@ COMPUTE = "k8s-compute"
 ENDPOINT = "heart-classifier-k8s"
 DEPLOYMENT = "classifier-k8s"
 PREFIX = "k8s-scoring"
-CLUSTER_ID = os.environ.get(
-    "AZUREML_K8S_RESOURCE_ID",
-    "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-emulator"
-    "/providers/Microsoft.ContainerService/managedClusters/k8s-compute",
-)
-KUBECONFIG = os.environ.get("AZUREML_KUBECONFIG", str(Path.home() / ".kube" / "config"))
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
+
+
+def cluster_resource_id() -> str:
+    """``AZUREML_K8S_RESOURCE_ID`` as the worker sees it (a template macro: rendered at run time)."""
+    value = os.environ.get("AZUREML_K8S_RESOURCE_ID", "").strip()
+    if not value:
+        raise AzureMLConfigError(
+            "Set AZUREML_K8S_RESOURCE_ID to the ARM id of your Kubernetes cluster "
+            "(/subscriptions/.../providers/Microsoft.ContainerService/managedClusters/<name>)."
+        )
+    return value
+
+
+def kubeconfig_path() -> str:
+    """``AZUREML_KUBECONFIG``, else ``~/.kube/config``, of the worker (a template macro: rendered at run time)."""
+    return os.environ.get("AZUREML_KUBECONFIG") or str(Path.home() / ".kube" / "config")
+
 
 with DAG(
     dag_id="kubernetes_instance_type_scoring",
@@ -58,15 +80,21 @@ with DAG(
     },
     tags=["azureml", "kubernetes", "example"],
     doc_md=__doc__,
+    user_defined_macros={"cluster_resource_id": cluster_resource_id, "kubeconfig_path": kubeconfig_path},
 ) as dag:
     # [START howto_operator_attach_kubernetes_compute]
     attach = AzureMLAttachKubernetesComputeOperator(
-        task_id="attach_kubernetes_compute", name=COMPUTE, resource_id=CLUSTER_ID, namespace="azureml"
+        task_id="attach_kubernetes_compute",
+        name=COMPUTE,
+        resource_id="{{ cluster_resource_id() }}",
+        namespace="azureml",
     )
     # [END howto_operator_attach_kubernetes_compute]
     # [START howto_operator_apply_instance_types]
     apply_types = AzureMLApplyInstanceTypesOperator(
-        task_id="apply_instance_types", instance_types=str(CONFIG / "instance-types.yml"), kubeconfig=KUBECONFIG
+        task_id="apply_instance_types",
+        instance_types=str(CONFIG / "instance-types.yml"),
+        kubeconfig="{{ kubeconfig_path() }}",
     )
     # [END howto_operator_apply_instance_types]
     # [START howto_operator_create_batch_deployment_kubernetes]

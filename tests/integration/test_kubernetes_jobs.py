@@ -122,6 +122,11 @@ def test_kubernetes_example_dag(
 ) -> None:
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{emulator.datastore_path('')}")
     monkeypatch.setenv("AZUREML_KUBECONFIG", str(emulator.kubeconfig("k8s-compute")))
+    monkeypatch.setenv(
+        "AZUREML_K8S_RESOURCE_ID",
+        f"/subscriptions/{emulator.subscription_id}/resourceGroups/{emulator.resource_group}"
+        "/providers/Microsoft.ContainerService/managedClusters/k8s-compute",
+    )
     monkeypatch.setenv("AZUREML_POLL_SECONDS", "0.1")
     run = load_dag("kubernetes_instance_type_scoring.py").test(logical_date=LOGICAL)
     assert str(run.state) == "success", task_states(run)
