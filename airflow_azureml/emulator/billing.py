@@ -59,7 +59,8 @@ class _ClusterBill:
     vm_size: str
     location: str
     tier: str
-    nodes: dict[str, _NodeBill] = field(default_factory=dict)
+    nodes: dict[str, _NodeBill] = field(default_factory=dict)  # every node ever allocated, for the report
+    open: dict[str, _NodeBill] = field(default_factory=dict)  # those still allocated: the only ones synced
     deleted: bool = False
 
 
@@ -79,20 +80,19 @@ class Ledger:
         now = self.clock() if now is None else now
         bill = self._bill(compute)
         current = {n.node_id: n for n in compute.nodes}
-        for node_id, record in bill.nodes.items():
-            if record.deallocated_at is not None:
-                continue
+        for node_id, record in list(bill.open.items()):
             self._accrue(bill, record, now)
             node = current.get(node_id)
             if node is None:
                 record.deallocated_at = now
+                del bill.open[node_id]
                 continue
             if node.state == "preempted":
                 record.evicted = True
             record.state = node.state
         for node_id, node in current.items():
             if node_id not in bill.nodes:
-                bill.nodes[node_id] = _NodeBill(
+                bill.nodes[node_id] = bill.open[node_id] = _NodeBill(
                     node_id=node_id,
                     job=node.job_name,
                     state=node.state,
@@ -107,10 +107,10 @@ class Ledger:
         if bill is None:
             return
         now = self.clock() if now is None else now
-        for record in bill.nodes.values():
-            if record.deallocated_at is None:
-                self._accrue(bill, record, now)
-                record.deallocated_at = now
+        for record in bill.open.values():
+            self._accrue(bill, record, now)
+            record.deallocated_at = now
+        bill.open.clear()
         bill.deleted = True
 
     def sync_all(self, computes: Iterable[Any]) -> None:

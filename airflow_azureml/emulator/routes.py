@@ -14,6 +14,7 @@ from aiohttp import web
 from airflow_azureml.emulator.azure_rules import is_datastore_name
 from airflow_azureml.emulator.faults import FaultRule
 from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, system_data, utcnow
+from airflow_azureml.emulator.pricing import PriceError, retail_prices
 from airflow_azureml.emulator.runtime import EmulatorError, Workspace
 
 PROVIDER = "Microsoft.MachineLearningServices"
@@ -117,6 +118,7 @@ class Routes:
         )
         r.add_post("/inference/batch/{ep}/jobs", self.invoke)
         r.add_get("/discovery/workspaces/{ws}", self.discovery)
+        r.add_get("/api/retail/prices", self.retail_prices)  # public, as prices.azure.com is (no auth)
         history = "/history/v1.0" + w
         r.add_get(history + "/runs/{run}/details", self.run_details)
         r.add_get(history + "/experiments/{exp}/runs/{run}/details", self.run_details)
@@ -132,6 +134,8 @@ class Routes:
         r.add_route("*", "/_emulator/behaviour", self.control_behaviour)
         r.add_post("/_emulator/batchEndpoints/{ep}/deployments/{name}/behaviour", self.control_deployment_behaviour)
         r.add_post("/_emulator/jobs/{name}/stall", self.control_stall)
+        r.add_get("/_emulator/bill", self.control_bill)
+        r.add_route("*", "/_emulator/prices", self.control_prices)
 
     # -------------------------------------------------------------- workspace
     async def get_workspace(self, request: web.Request) -> web.Response:
@@ -532,7 +536,33 @@ class Routes:
             return arm_error(404, "UserError", f"Run {request.match_info['run']} not found")
         return web.json_response(job.to_run_details())
 
+    # ----------------------------------------------------------- retail prices
+    async def retail_prices(self, request: web.Request) -> web.Response:
+        """The Azure Retail Prices API (emulator.pricing); a bad $filter is a 400 (its body is a guess)."""
+        try:
+            return web.json_response(retail_prices(self.ws.prices, dict(request.query), self.base_url))
+        except PriceError as exc:
+            return web.json_response({"Error": {"Code": "BadRequest", "Message": str(exc)}}, status=400)
+
     # ------------------------------------------------------------ control API
+    async def control_bill(self, request: web.Request) -> web.Response:
+        """The emulator's own bill (emulator.billing): per cluster, per tier and in total."""
+        return web.json_response(self.ws.bill())
+
+    async def control_prices(self, request: web.Request) -> web.Response:
+        """``GET`` every size's Spot / Low Priority ratio; ``POST {armSkuName, spot?, low_priority?}`` sets one."""
+        if request.method == "GET":
+            return web.json_response([self.ws.prices.ratios(sku) for sku in self.ws.prices.spot_ratio])
+        if request.method != "POST":
+            return web.Response(status=405)
+        data = await request.json()
+        if not isinstance(data, dict) or not data.get("armSkuName"):
+            return arm_error(400, "BadRequest", "body must be {armSkuName, spot?, low_priority?}")
+        ratios = self.ws.set_price_ratio(
+            str(data["armSkuName"]), spot=data.get("spot"), low_priority=data.get("low_priority")
+        )
+        return web.json_response(ratios)
+
     async def control_job(self, request: web.Request) -> web.Response:
         job = self.ws.jobs.get(request.match_info["name"])
         if job is None:

@@ -28,6 +28,7 @@ from airflow_azureml.emulator.azure_rules import (
     check_resources,
     from_compute_entry,
 )
+from airflow_azureml.emulator.billing import Ledger
 from airflow_azureml.emulator.kubernetes import KubeCluster
 from airflow_azureml.emulator.models import (
     ACTIVE_JOB_STATES,
@@ -43,6 +44,7 @@ from airflow_azureml.emulator.models import (
     parse_duration_seconds,
     utcnow,
 )
+from airflow_azureml.emulator.pricing import PriceBook, PriceError
 from airflow_azureml.emulator.scoring import ScoringRegistry
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,8 @@ class Workspace:
         self.scoring = ScoringRegistry()
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
         self.behaviour = Behaviour()
+        self.prices = PriceBook()
+        self.billing = Ledger(self.prices)  # the emulator's own bill (control API only), fed by _billed()
         self.deployment_behaviour: dict[tuple[str, str], dict[str, bool]] = {}
         self._nodes_wanted: dict[str, tuple[str, int]] = {}  # job -> (compute, nodes it waits for)
         self.kube_clusters: dict[str, KubeCluster] = {}  # Kubernetes clusters, attached or not yet
@@ -268,6 +272,7 @@ class Workspace:
         compute = self.computes.pop(name, None)
         if compute is None:
             return False
+        self.billing.close(name)
         for job in self.jobs.values():
             if job.compute == name and job.status in ACTIVE_JOB_STATES:
                 self._end_job(job, "Failed", error={"code": "UserError", "message": "Compute was deleted"})
@@ -582,6 +587,7 @@ class Workspace:
         take = min(wanted, self._free_capacity(compute))
         nodes = [Node(node_id=f"tvm-{uuid.uuid4().hex[:12]}", job_name=job.name) for _ in range(take)]
         compute.nodes.extend(nodes)
+        self._billed(compute)
         return nodes
 
     def _release(self, compute: Compute | None, job: Job) -> None:
@@ -589,6 +595,7 @@ class Workspace:
         if compute is None:
             return
         compute.nodes = [n for n in compute.nodes if n.job_name != job.name]
+        self._billed(compute)
 
     def _want_nodes(self, job: Job, compute: Compute | None, count: int) -> None:
         """Record how many nodes ``job`` still waits for: the cluster's targetNodeCount includes them."""
@@ -661,7 +668,7 @@ class Workspace:
             missing = settings.instance_count - len(mine)
             if missing > 0 and job.status != "CancelRequested":  # a job being canceled takes no new nodes
                 for node in self._allocate(compute, job, missing):
-                    self._spawn(self._start_node(node))
+                    self._spawn(self._start_node(compute, node))
                 mine = [n for n in compute.nodes if n.job_name == job.name]
             self._want_nodes(job, compute, settings.instance_count - len(mine))
             ready = [n for n in mine if n.state in ("idle", "running")]
@@ -681,6 +688,7 @@ class Workspace:
                     queue.insert(0, index)
                 if node in compute.nodes and node.state == "running" and not any(w is node for w in workers.values()):
                     node.state = "idle"
+                    self._billed(compute)
             failed_files = sum(len(batches[i]) for i in failures)
             if failures and self._over_threshold(settings, failed_files):
                 self._fail_batch(job, settings, failures, failed_files, len(files))
@@ -694,6 +702,7 @@ class Workspace:
                         workers[task] = node
                         in_flight[task] = index
                         node.state = "running"
+                        self._billed(compute)
                         busy += 1
             job.mini_batches_done = len(results)
             await asyncio.sleep(self.timing.tick)
@@ -742,10 +751,11 @@ class Workspace:
         asset = (((dep.body if dep else {}).get("properties") or {}).get("model") or {}).get("assetId") or ""
         return _model_name_from_asset(asset) or "heart-classifier"
 
-    async def _start_node(self, node: Node) -> None:
+    async def _start_node(self, compute: Compute, node: Node) -> None:
         await asyncio.sleep(self.timing.node_startup)
         if node.state == "preparing":
             node.state = "idle"
+            self._billed(compute)
 
     def _write_output(self, job: Job, file_name: str, rows: list[str]) -> None:
         folder = self.resolve_uri(job.output_uri or "")
@@ -776,6 +786,7 @@ class Workspace:
                 await asyncio.sleep(self.timing.node_startup)
                 for node in nodes:
                     node.state = "running"
+                self._billed(compute)
             self._now_running(job)
             await asyncio.sleep(self.timing.command_job)
             await self._while_stalled(job)
@@ -828,7 +839,9 @@ class Workspace:
         node.state = "preempted"
         if not self.behaviour.preempted_gauge:
             compute.nodes.remove(node)
+            self._billed(compute)
             return
+        self._billed(compute)
         node.preempted_at = asyncio.get_running_loop().time()
         self._spawn(self._deallocate(compute, node, self.behaviour.preempted_node_release_seconds))
 
@@ -837,6 +850,7 @@ class Workspace:
         if node in compute.nodes:
             compute.nodes.remove(node)
             compute.modified = utcnow()
+            self._billed(compute)
 
     def preempt_cluster(self, cluster: str, form: str = "canceled") -> list[str]:
         """Preempt every node; running jobs end as Canceled (lost capacity) or Failed (PreemptionError)."""
@@ -905,6 +919,24 @@ class Workspace:
                 if node.state == "running" and self.rng.random() < self.eviction_rate[cluster] * step:
                     self._evict(compute, node)
             await asyncio.sleep(step)
+
+    # ---------------------------------------------------------------- billing
+    def _billed(self, compute: Compute) -> None:
+        """After every change to a cluster's nodes: the bill follows it (emulator.billing)."""
+        self.billing.sync(compute)
+
+    def bill(self) -> dict[str, Any]:
+        return self.billing.snapshot(self.computes.values())
+
+    def set_price_ratio(
+        self, vm_size: str, *, spot: float | None = None, low_priority: float | None = None
+    ) -> dict[str, Any]:
+        """Change a size's Spot / Low Priority rate against pay-as-you-go; time before it is billed at the old rate."""
+        self.billing.sync_all(self.computes.values())
+        try:
+            return self.prices.set_ratio(vm_size, spot=spot, low_priority=low_priority)
+        except PriceError as exc:
+            raise EmulatorError(400, "BadRequest", str(exc)) from None
 
     def _cluster(self, name: str) -> Compute:
         compute = self.computes.get(name)

@@ -187,7 +187,8 @@ def test_low_priority_bill_counts_evicted_nodes_and_replacement_start_up(
     emulator.set_behaviour(preempted_node_release_seconds=0.3)
     empty = cluster_bill(emulator)
     assert (empty["tier"], empty["node_seconds_total"], empty["nodes_allocated"]) == ("low_priority", 0.0, 0)
-    write_heart_csvs(emulator.datastore_path("inputs/bill"), files=60, rows_per_file=3)
+    # enough mini-batches (150 on 4 workers) that the job is still running when it is stalled
+    write_heart_csvs(emulator.datastore_path("inputs/bill"), files=300, rows_per_file=1)
     name = invoke(ml, "inputs/bill", "job-bill")
     wait_status(emulator, name, "Running")
     until(lambda: cluster_bill(emulator)["node_seconds"]["running"] > 0, "running node-seconds")
