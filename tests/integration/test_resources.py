@@ -117,16 +117,17 @@ CONDA = "name: scoring\ndependencies:\n  - python=3.10\n  - pip:\n    - xgboost=
 ENVIRONMENT_TAG = "airflow_azureml.environment_sha256"  # the documented tag name (docs/operators.md)
 
 
-def inline_project(root: Path, *, code: bool) -> Path:
-    """The seed deployment with an inline environment (image + conda file beside the YAML), and local code."""
+def inline_project(root: Path) -> Path:
+    """The seed deployment with an inline environment: an image and a conda file beside the YAML.
+
+    No local code folder: the SDK uploads one to the workspace's blob storage, which the emulator does not
+    serve; tests/unit/test_specs.py covers the code fingerprint.
+    """
     root.mkdir(parents=True, exist_ok=True)
     (root / "conda.yml").write_text(CONDA)
     text = (SEED / "deployment.yml").read_text()
-    text += "environment:\n  image: mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest\n  conda_file: conda.yml\n"
-    if code:
-        (root / "code").mkdir(exist_ok=True)
-        (root / "code" / "batch_driver.py").write_text("def init():\n    pass\n\n\ndef run(batch):\n    return batch\n")
-        text += "code_configuration:\n  code: code\n  scoring_script: batch_driver.py\n"
+    text += "environment:\n  image: mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest\n"
+    text += "  conda_file: conda.yml\n"
     (root / "deployment.yml").write_text(text)
     return root / "deployment.yml"
 
@@ -138,7 +139,7 @@ def deploy_yaml(path: Path) -> dict[str, Any]:
 def test_unchanged_inline_environment_is_not_rewritten(
     deployed: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    path = inline_project(tmp_path / "project", code=False)
+    path = inline_project(tmp_path / "project")
     monkeypatch.chdir(tmp_path)  # relative paths resolve against the YAML's folder, not the worker's cwd
     assert deploy_yaml(path)["changed"] is True
     first = emulator_deployment(deployed)
@@ -161,7 +162,7 @@ def test_unchanged_inline_environment_is_not_rewritten(
 
 def test_deployment_written_by_someone_else_without_our_tag_is_updated(deployed: Emulator, tmp_path: Path) -> None:
     """No fingerprint tag: we cannot tell what its environment holds, so we write (never miss a change)."""
-    path = inline_project(tmp_path / "project", code=False)
+    path = inline_project(tmp_path / "project")
     assert deploy_yaml(path)["changed"] is True
 
     def drop_tags() -> None:

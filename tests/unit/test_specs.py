@@ -477,7 +477,6 @@ def test_any_byte_of_the_code_folder_changes_the_code_fingerprint(tmp_path: Path
 def test_scoring_script_is_part_of_the_code_fingerprint(tmp_path: Path) -> None:
     from airflow_azureml.specs import CODE_TAG
 
-    (tmp_path / "b").mkdir()
     a = _fingerprints(_project(tmp_path / "a"))
     b_path = _project(tmp_path / "b", script="lib/features.py")
     assert _fingerprints(b_path)[CODE_TAG] != a[CODE_TAG]
@@ -596,3 +595,25 @@ def test_registered_code_and_environment_need_no_fingerprint() -> None:
     spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
     assert dict(spec.fingerprints) == {}
     assert spec.to_entity().tags in (None, {})
+
+
+def test_the_code_sent_is_the_folder_hashed_whatever_the_workers_cwd(tmp_path: Path, monkeypatch) -> None:
+    """The SDK resolves a relative ``code`` against the entity's base path (the cwd); the YAML means its folder."""
+    from azure.ai.ml.entities import CodeConfiguration
+
+    from airflow_azureml.operators import AzureMLCreateBatchDeploymentOperator
+
+    path = _project(tmp_path / "project")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    spec = DeploymentSpec.from_yaml(path)
+    sent = AzureMLCreateBatchDeploymentOperator._entity(spec)
+    assert sent.code_configuration.code == str((tmp_path / "project" / "code").resolve())
+    assert sent.code_configuration.scoring_script == "batch_driver.py"
+    assert sent.tags == spec.fingerprints
+    override = DeploymentSpec.from_any(
+        str(path), code_configuration=CodeConfiguration(code="code", scoring_script="batch_driver.py")
+    )
+    sent_override = AzureMLCreateBatchDeploymentOperator._entity(override)
+    assert sent_override.code_configuration.code == sent.code_configuration.code
+    assert override.fingerprints == spec.fingerprints
