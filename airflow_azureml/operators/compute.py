@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.redaction import scrub
-from airflow_azureml.specs import ClusterSpec, check_compute_name
+
+if TYPE_CHECKING:
+    from airflow_azureml.specs import ClusterSpec
 
 IF_EXISTS = ("update", "skip", "fail")
 DEFAULT_WAIT_TIMEOUT = 1800.0
@@ -95,6 +97,8 @@ class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
         self.wait_timeout = wait_timeout
 
     def build_spec(self) -> ClusterSpec:
+        from airflow_azureml.specs import ClusterSpec  # the rules cost DAG parsing nothing
+
         return ClusterSpec.from_any(
             self.compute,
             name=self.name,
@@ -236,6 +240,8 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
         self.wait_timeout = wait_timeout
 
     def execute(self, context: Any) -> bool:
+        from airflow_azureml.specs import check_compute_name
+
         check_compute_name(self.name)
         from azure.core.exceptions import ResourceNotFoundError
 
@@ -291,6 +297,8 @@ class AzureMLAttachKubernetesComputeOperator(AzureMLBaseOperator):
         self.wait_timeout = wait_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_azureml.specs import check_compute_name
+
         check_compute_name(self.name)
         if not str(self.resource_id).startswith("/subscriptions/"):
             raise AzureMLConfigError(

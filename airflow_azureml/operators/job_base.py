@@ -23,8 +23,6 @@ from airflow_azureml.exceptions import (
 from airflow_azureml.links.studio import AzureMLStudioJobLink
 from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, Outcome, classify, exception_for
-from airflow_azureml.specs import check_compute_name, check_seconds, short_name
-from airflow_azureml.triggers.job import AzureMLJobTrigger
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
 MAX_BACKOFF = 600.0
@@ -174,6 +172,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     def validate(self) -> None:
         """Check the input without Azure; subclasses extend. Runs before any API call."""
+        from airflow_azureml.specs import check_compute_name, check_seconds, short_name  # not at DAG parse
+
         if self.max_queue_time not in (None, ""):
             seconds = check_seconds("max_queue_time", self.max_queue_time)  # may arrive rendered; never nan/inf
             self.polling = replace(self.polling, max_queue_time=seconds)
@@ -271,6 +271,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 return snapshot, None
             state.deferred_on = name  # a clear while deferred: Airflow's trigger on_kill cancels this job
             self._remember(context, state)
+            from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's trigger base: not at DAG parse
+
             self.defer(
                 trigger=AzureMLJobTrigger(job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling),
                 method_name="execute_complete",

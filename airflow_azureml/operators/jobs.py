@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import naming
 from airflow_azureml.exceptions import AzureMLConfigError
-from airflow_azureml.instance_types import (
-    InstanceType,
-    check_resources_fit,
-    load_instance_types,
-    resolve_instance_type,
-)
 from airflow_azureml.operators.job_base import AzureMLJobOperatorBase
-from airflow_azureml.specs import (
-    check_compute_name,
-    check_data_uri,
-    check_instance_type_target,
-    check_positive_int,
-    short_name,
-)
+
+if TYPE_CHECKING:
+    from airflow_azureml.instance_types import InstanceType
 
 
 class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
@@ -77,6 +67,10 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         self.tags = tags
 
     def validate(self) -> None:
+        # The rules are imported when a task runs, not when the DAG is parsed.
+        from airflow_azureml.instance_types import load_instance_types
+        from airflow_azureml.specs import check_compute_name, check_data_uri, check_positive_int, short_name
+
         super().validate()
         if not isinstance(self.command, str) or not self.command.strip():
             raise AzureMLConfigError("command must be a non-empty string.")
@@ -92,11 +86,15 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
             self._check_instance_type(load_instance_types(self.instance_types))
 
     def _check_instance_type(self, types: list[InstanceType]) -> InstanceType:
+        from airflow_azureml.instance_types import check_resources_fit, resolve_instance_type
+
         chosen = resolve_instance_type(types, self.instance_type)
         check_resources_fit(self.resource_requests, chosen)
         return chosen
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_azureml.specs import check_instance_type_target, short_name
+
         self.validate()
         if self.instance_types is None and (self.instance_type or self.resource_requests):
             types = self.hook.kubernetes_instance_types(short_name(self.compute))
@@ -113,6 +111,8 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
     def submit_job(self, context: Any, name: str, compute: str | None, markers: dict[str, str]) -> str | None:
         from azure.ai.ml import Input, command
         from azure.ai.ml.entities import JobResourceConfiguration
+
+        from airflow_azureml.specs import short_name
 
         resources = None
         if self.instance_type or self.instance_count or self.resource_requests:
@@ -142,6 +142,8 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
 
     def work_identity(self) -> dict[str, Any]:
         """The work itself: what runs, in which environment and where, on which inputs."""
+        from airflow_azureml.specs import short_name
+
         return {
             "command": self.command,
             "environment": self.environment,

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
-from airflow_azureml.instance_types import GROUP, PLURAL, VERSION, InstanceType, load_instance_types
 from airflow_azureml.redaction import mask, scrub, yaml_error_summary
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from airflow_azureml.instance_types import InstanceType
 
 #: How often a write is retried after another writer changed the object in between (HTTP 409).
 MAX_CONFLICT_RETRIES = 3
@@ -78,6 +79,8 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
     # ------------------------------------------------------------------ validation (no network)
     def load(self) -> list[InstanceType]:
         """The definitions to apply, fully validated. Raises ``AzureMLConfigError``; sends nothing."""
+        from airflow_azureml.instance_types import InstanceType, load_instance_types  # not at DAG parse
+
         source: Any = self.instance_types
         if isinstance(source, os.PathLike):
             source = os.fspath(source)
@@ -198,6 +201,8 @@ class AzureMLApplyInstanceTypesOperator(BaseOperator):
         """GET, then create / merge-patch / nothing. Returns ``created``, ``patched`` or ``unchanged``."""
         from kubernetes.client.exceptions import ApiException
 
+        from airflow_azureml.instance_types import GROUP, PLURAL, VERSION
+
         name = instance_type.name
         desired = instance_type.to_custom_object()
         timeout = self.request_timeout
@@ -260,6 +265,8 @@ def _mask_kubeconfig_secrets(content: Mapping[str, Any]) -> None:
 
 def _normalised_spec(obj: Mapping[str, Any]) -> Any:
     """The spec as ``InstanceType.to_custom_object`` writes it, so that equal definitions compare equal."""
+    from airflow_azureml.instance_types import load_instance_types
+
     try:
         metadata = {"name": (obj.get("metadata") or {}).get("name")}
         (model,) = load_instance_types({**obj, "metadata": metadata})

@@ -54,3 +54,34 @@ def test_importing_operators_hooks_and_dags_does_not_import_the_sdk() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY=\n" in result.stdout, result.stdout[-2000:]
+
+
+def test_parsing_the_example_dags_imports_no_execute_time_module() -> None:
+    """The rules, the triggers and the clients load when a task runs, not when a DAG is parsed.
+
+    ``benchmarks/dag_parse.py`` measures what that saves; this only checks which modules load.
+    """
+    execute_time = (
+        "airflow_azureml.specs",
+        "airflow_azureml.instance_types",
+        "airflow_azureml.triggers",
+        "airflow.triggers.base",
+        "azure.ai.ml",
+        "azure.identity",
+        "azure.core",
+        "aiohttp",
+        "kubernetes",
+    )
+    names = ("low_priority_batch_scoring", "kubernetes_instance_type_scoring")
+    dags = [str(REPO / "dags" / f"{name}.py") for name in names]
+    code = (
+        "import sys, runpy\n"
+        f"sys.path.insert(0, {str(REPO / 'dags')!r})\n"
+        "import airflow_azureml.operators\n"
+        f"for dag_file in {dags!r}:\n"
+        "    runpy.run_path(dag_file)\n"
+        f"loaded = [m for m in {execute_time!r} if m in sys.modules]\n"
+        "print('LOADED=' + ','.join(loaded))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "LOADED=\n" in result.stdout, result.stdout[-2000:]
