@@ -783,9 +783,10 @@ def folder_digest(path: Path) -> str:
                 if spec is None or not spec.match_file(rel):
                     files.append((rel, full))
     for rel, full in sorted(files):
-        data = full.read_bytes()
-        digest.update(f"{rel}\0{len(data)}\0".encode())
-        digest.update(data)
+        digest.update(f"{rel}\0{full.stat().st_size}\0".encode())  # the size ends one file's bytes
+        with full.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
     return digest.hexdigest()
 
 
