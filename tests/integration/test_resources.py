@@ -174,6 +174,32 @@ def test_deployment_written_by_someone_else_without_our_tag_is_updated(deployed:
     assert writes(deployed, "/deployments/") == before + 1
 
 
+def test_an_environment_version_cannot_be_redefined(emulator: Emulator, azureml_conn: Any, tmp_path: Path) -> None:
+    """Azure's environment versions are create-only (image, conda file...): the same one again is fine, another not."""
+    from azure.ai.ml.entities import Environment
+    from azure.core.exceptions import ResourceExistsError
+
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
+
+    ml = AzureMLHook().get_conn()
+    image = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest"
+    (tmp_path / "conda.yml").write_text(CONDA)
+    env = ml.environments.create_or_update(
+        Environment(name="scoring-env", version="1", image=image, conda_file=str(tmp_path / "conda.yml"))
+    )
+    assert (env.name, env.version, env.image) == ("scoring-env", "1", image)
+    again = ml.environments.create_or_update(
+        Environment(name="scoring-env", version="1", image=image, conda_file=str(tmp_path / "conda.yml"))
+    )
+    assert again.conda_file == env.conda_file
+    (tmp_path / "conda.yml").write_text(CONDA.replace("2.0.3", "2.1.0"))
+    with pytest.raises(ResourceExistsError, match="cannot be changed"):
+        ml.environments.create_or_update(
+            Environment(name="scoring-env", version="1", image=image, conda_file=str(tmp_path / "conda.yml"))
+        )
+    assert ml.environments.get("scoring-env", version="1").conda_file == env.conda_file
+
+
 def emulator_deployment(emulator: Emulator) -> dict[str, Any]:
     return emulator.call(lambda: dict(emulator.workspace.deployments[(ENDPOINT, DEPLOYMENT)].body))
 
