@@ -313,3 +313,26 @@ def _keys(value: Any) -> list[str]:
         for inner in value:
             keys.extend(_keys(inner))
     return keys
+
+
+def test_spot_rate_change_bills_each_stretch_at_the_rate_in_force(
+    emulator: Emulator, azureml_conn: dict[str, Any]
+) -> None:
+    ml = setup_workspace(AzureMLHook())
+    emulator.set_price_ratio(SKU, spot=0.2)
+    payg = linux_rate(emulator)
+    write_heart_csvs(emulator.datastore_path("inputs/variable"), files=300, rows_per_file=1)
+    name = invoke(ml, "inputs/variable", "job-variable")
+    wait_status(emulator, name, "Running")
+    emulator.stall_job(name, 120)  # nodes stay up while the rate changes
+    cheap = until(lambda: (b := cluster_bill(emulator))["node_seconds_total"] > 0 and b, "billed node-seconds")
+    assert cheap["cost"] == pytest.approx(cheap["node_seconds_total"] * 0.2 * payg / 3600)
+    emulator.set_price_ratio(SKU, spot=0.95)  # the Spot rate rises while the nodes are up (seed 000)
+    until(lambda: cluster_bill(emulator)["node_seconds_total"] > 2 * cheap["node_seconds_total"], "more node-seconds")
+    ml.jobs.begin_cancel(name).result()
+    assert wait_terminal(ml, name) == "Canceled"
+    final = until(lambda: not open_nodes(b := cluster_bill(emulator)) and b, "every node released")
+    seconds = final["node_seconds_total"]
+    assert final["hourly_price"] == pytest.approx(0.95 * payg, abs=1e-6)
+    # the seconds before the change at 20 %, the rest at 95 %: between the two flat bills, below the new one
+    assert seconds * 0.2 * payg / 3600 < final["cost"] < seconds * 0.95 * payg / 3600
