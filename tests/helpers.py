@@ -22,21 +22,30 @@ def when_running(
     ready: Callable[[Emulator, Any], bool] | None = None,
 ) -> Iterator[list[str]]:
     """Run ``action(emulator, job_name)`` each time a new job on ``cluster`` reaches Running (and, with
-    ``ready``, once ``ready(emulator, job)`` holds), ``times`` times."""
+    ``ready``, once ``ready(emulator, job)`` holds), ``times`` times.
+
+    Until then the emulator holds the cluster's Running jobs before their end (``hold_cluster``), so the
+    action lands while the job runs however slow a loaded machine makes this watcher.
+    """
     hit: list[str] = []
     stop = threading.Event()
+    emulator.hold_cluster(cluster)
 
     def watch() -> None:
         deadline = time.monotonic() + timeout
-        while not stop.is_set() and len(hit) < times and time.monotonic() < deadline:
-            for job in emulator.jobs():
-                if job.compute != cluster or job.status != "Running" or job.name in hit or not job.started:
-                    continue
-                if ready is None or ready(emulator, job):
-                    hit.append(job.name)
-                    action(emulator, job.name)
-                    break
-            time.sleep(0.01)
+        try:
+            while not stop.is_set() and len(hit) < times and time.monotonic() < deadline:
+                for job in emulator.jobs():
+                    if job.compute != cluster or job.status != "Running" or job.name in hit or not job.started:
+                        continue
+                    if ready is None or ready(emulator, job):
+                        hit.append(job.name)
+                        action(emulator, job.name)
+                        emulator.release_job(job.name)
+                        break
+                time.sleep(0.01)
+        finally:
+            emulator.hold_cluster(cluster, held=False)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -45,6 +54,7 @@ def when_running(
     finally:
         stop.set()
         thread.join(timeout=5)
+        emulator.hold_cluster(cluster, held=False)
 
 
 # A plausible whole-cluster preemption: the service cancels the job a while after its nodes went (capacity

@@ -141,6 +141,10 @@ class Workspace:
         self.environments: dict[tuple[str, str], TrackedResource] = {}  # (name, version) -> environment version
         self.scoring = ScoringRegistry()
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
+        # Test control, not an Azure behaviour: a Running job on a held cluster does not end until it is
+        # released, so that a test's fault lands while the job runs however loaded the machine is.
+        self.held_clusters: set[str] = set()
+        self.released_jobs: set[str] = set()
         self.behaviour = Behaviour()
         self.prices = PriceBook()
         self.billing = Ledger(self.prices)  # the emulator's own bill (control API only), fed by _billed()
@@ -535,8 +539,21 @@ class Workspace:
             job.set_status("Running")
 
     async def _while_stalled(self, job: Job) -> None:
-        while job.status == "NotResponding":
+        while job.status == "NotResponding" or self._held(job):
             await asyncio.sleep(self.timing.tick)
+
+    def _held(self, job: Job) -> bool:
+        return job.status == "Running" and job.compute in self.held_clusters and job.name not in self.released_jobs
+
+    def hold_cluster(self, name: str, held: bool = True) -> None:
+        """Hold (or let go) the Running jobs on a cluster before their end; see ``held_clusters``."""
+        if held:
+            self.held_clusters.add(name)
+        else:
+            self.held_clusters.discard(name)
+
+    def release_job(self, name: str) -> None:
+        self.released_jobs.add(name)
 
     def _now_running(self, job: Job) -> None:
         job.set_status("Running")

@@ -386,6 +386,13 @@ class Emulator:
         """Per-deployment switches, e.g. ``ignore_job_name=True`` (Azure/azure-sdk-for-python#32763)."""
         return self.call(lambda: self.workspace.set_deployment_behaviour(endpoint, deployment, switches))
 
+    def hold_cluster(self, name: str, held: bool = True) -> None:
+        """Test control: Running jobs on the cluster do not end until released (``release_job``) or let go."""
+        self.call(lambda: self.workspace.hold_cluster(name, held))
+
+    def release_job(self, name: str) -> None:
+        self.call(lambda: self.workspace.release_job(name))
+
     def stall_job(self, name: str, seconds: float) -> None:
         """A Running job goes NotResponding for ``seconds``, then resumes and goes on to its end."""
         self.call(lambda: self.workspace.stall_job(name, seconds))
