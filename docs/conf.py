@@ -8,6 +8,8 @@ Markdown guides in ``docs/`` as they are, so each text lives in one place. ``mak
 
 from __future__ import annotations
 
+import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -68,9 +70,31 @@ def blank_lines_around_lists(lines: list[str]) -> list[str]:
     return out
 
 
+def unlisted_modules(api_dir: Path) -> list[str]:
+    """Provider modules that no ``automodule`` in ``docs/api`` names (the emulator's internals aside).
+
+    They are added to the "Shared building blocks" page as it is read, so a new module is in the API
+    reference without an edit here.
+    """
+    import airflow_azureml
+
+    listed = set()
+    for page in api_dir.glob("*.rst"):
+        listed.update(re.findall(r"^\.\. automodule:: (\S+)", page.read_text(), re.MULTILINE))
+    found = (m.name for m in pkgutil.walk_packages(airflow_azureml.__path__, "airflow_azureml.") if not m.ispkg)
+    return sorted(m for m in found if m not in listed and not m.startswith("airflow_azureml.emulator."))
+
+
+def _add_unlisted_modules(app: object, docname: str, source: list[str]) -> None:
+    if docname == "api/core":
+        api_dir = Path(app.srcdir) / "api"  # type: ignore[attr-defined]
+        source[0] += "".join(f"\n.. automodule:: {name}\n" for name in unlisted_modules(api_dir))
+
+
 def _process_docstring(app: object, what: str, name: str, obj: object, options: object, lines: list[str]) -> None:
     lines[:] = blank_lines_around_lists(lines)
 
 
 def setup(app: object) -> None:
     app.connect("autodoc-process-docstring", _process_docstring)  # type: ignore[attr-defined]
+    app.connect("source-read", _add_unlisted_modules)  # type: ignore[attr-defined]
