@@ -33,6 +33,7 @@ from airflow_azureml.operators import (
 CONFIG = Path(__file__).parent / "azureml"
 PREFIX = "assets"
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
+RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 
 # [START howto_assets_uris]
@@ -112,6 +113,7 @@ with DAG(
         task_id="score_partition",
         endpoint_name="heart-classifier-batch",
         deployment_name="classifier-xgboost",
+        resubmit_backoff=RESUBMIT_BACKOFF,
         polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
         outlets=[SCORED],  # one asset event per rendered output, emitted when the job completed
         map_index_template="{{ task.job_identity }}",

@@ -151,3 +151,15 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
             "inputs": self.inputs or {},
             "environment_variables": self.environment_variables or {},
         }
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the job's data inputs and the job chain (``airflow_azureml.openlineage``)."""
+        from airflow_azureml.openlineage import job_lineage
+
+        return job_lineage(self, self.inputs, None)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """OpenLineage on failure: the same inputs, and the jobs tried."""
+        from airflow_azureml.openlineage import job_lineage
+
+        return job_lineage(self, self.inputs, None)

@@ -1,0 +1,146 @@
+"""OpenLineage for the job operators: datasets named as the OpenLineage naming spec says, and the job's facts.
+
+Imported only inside the operators' ``get_openlineage_facets_on_*`` methods: the base install needs neither
+``openlineage-python`` nor ``apache-airflow-providers-openlineage`` (extra ``[openlineage]``).
+
+Naming (OpenLineage spec, "Dataset Naming"; the same as ``openlineage.client.naming.dataset``):
+
+- ADLS Gen2 datastore: namespace ``abfss://{container}@{account}.dfs.{endpoint}``, name ``{path}``;
+- Blob datastore: namespace ``wasbs://{container}@{account}.dfs.{endpoint}``, name ``{object key}``;
+
+where ``endpoint`` is the datastore's storage endpoint (``core.windows.net`` in Azure's public cloud).
+An ``azureml://`` datastore URI is resolved with one datastore GET per datastore through the task's
+connection. Where that is impossible (another workspace, a file share, a datastore that cannot be read)
+the namespace stays ``azureml://[<workspace>/]datastores/<datastore>``, and the task log says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+from airflow.providers.common.compat.openlineage.facet import Dataset, ExternalQueryRunFacet, RunFacet
+from airflow.providers.openlineage.extractors import OperatorLineage
+
+from airflow_azureml.assets import DatastorePath, parse_datastore_uri
+from airflow_azureml.redaction import scrub
+
+log = logging.getLogger(__name__)
+
+FACET = "azureml_job"
+
+
+@attrs.define
+class AzureMLJobRunFacet(RunFacet):
+    """The Azure ML jobs behind one Airflow task run: the chain of names, and why it has more than one."""
+
+    jobName: str | None  # OpenLineage facets are camelCase
+    jobNames: list[str]
+    studioUrl: str | None
+    preemptions: int
+    resubmissions: int
+    # Cost of the jobs: not known yet (issue 11, spot economics, will fill it). Always None until then.
+    cost: dict[str, Any] | None = None
+
+    @staticmethod
+    def _get_schema() -> str:
+        return "urn:airflow-azureml:openlineage:AzureMLJobRunFacet:1"
+
+
+class DatastoreResolver:
+    """Datastore name -> OpenLineage namespace, read once per datastore through the task's connection."""
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+        self._namespaces: dict[str, str | None] = {}
+
+    def namespace(self, place: DatastorePath) -> str:
+        if place.workspace and not self._same_workspace(place):
+            log.info("OpenLineage: %s is in another workspace; kept its azureml:// namespace.", place.uri)
+            return place.datastore_root
+        if place.datastore not in self._namespaces:
+            self._namespaces[place.datastore] = self._read(place.datastore)
+        return self._namespaces[place.datastore] or place.datastore_root
+
+    def _same_workspace(self, place: DatastorePath) -> bool:
+        s = self.hook.settings
+        ours = (s.subscription_id, s.resource_group, s.workspace_name)
+        return [str(x or "").lower() for x in ours] == [
+            str(x).lower() for x in (place.subscription, place.resource_group, place.workspace)
+        ]
+
+    def _read(self, name: str) -> str | None:
+        try:
+            store = self.hook.get_conn().datastores.get(name)
+        except Exception as exc:
+            why = scrub(str(exc))
+            log.info("OpenLineage: could not read datastore %r (%s); kept its azureml:// namespace.", name, why)
+            return None
+        return storage_namespace(store)
+
+
+def storage_namespace(store: Any) -> str | None:
+    """The spec's namespace for a datastore entity (``azure.ai.ml``), or None for a kind the spec does not name."""
+    account = getattr(store, "account_name", None)
+    endpoint = getattr(store, "endpoint", None) or "core.windows.net"
+    filesystem = getattr(store, "filesystem", None)
+    container = getattr(store, "container_name", None)
+    if account and filesystem:  # AzureDataLakeGen2Datastore
+        return f"abfss://{filesystem}@{account}.dfs.{endpoint}"
+    if account and container:  # AzureBlobDatastore
+        return f"wasbs://{container}@{account}.dfs.{endpoint}"
+    log.info("OpenLineage: datastore %r is a %s; kept its azureml:// namespace.", store.name, type(store).__name__)
+    return None
+
+
+def dataset(uri: Any, resolver: DatastoreResolver) -> Dataset | None:
+    """The OpenLineage dataset for a job input or output URI; None for a value that names no data."""
+    if not isinstance(uri, str) or "://" not in uri:
+        return None  # a literal input (a number, a string) or a data asset reference (azureml:name:version)
+    place = parse_datastore_uri(uri)
+    if place is not None:
+        return Dataset(namespace=resolver.namespace(place), name=place.path or "/")
+    parts = urlsplit(uri)  # abfss://, wasbs://, https://, azureml://jobs/...: the URI as written
+    return Dataset(namespace=f"{parts.scheme}://{parts.netloc}", name=parts.path.lstrip("/") or "/")
+
+
+def _datasets(uris: Iterable[Any], resolver: DatastoreResolver) -> list[Dataset]:
+    found: dict[tuple[str, str], Dataset] = {}
+    for uri in uris:
+        ds = dataset(uri, resolver)
+        if ds is not None:
+            found.setdefault((ds.namespace, ds.name), ds)
+    return list(found.values())
+
+
+def job_lineage(operator: Any, inputs: Mapping[str, Any] | None, outputs: Mapping[str, Any] | None) -> OperatorLineage:
+    """Inputs, outputs and the job facts of a job operator's task run, from its state (``_state``)."""
+    resolver = DatastoreResolver(operator.hook)
+    state = getattr(operator, "_state", None)
+    names = list(state.job_names) if state is not None else []
+    current = names[-1] if names else None
+    studio = None
+    if current:
+        try:
+            studio = operator.hook.studio_job_url(current)
+        except Exception as exc:  # lineage never fails the task
+            log.info("OpenLineage: no Studio URL for job %s: %s", current, scrub(str(exc)))
+    run_facets: dict[str, Any] = {
+        FACET: AzureMLJobRunFacet(
+            jobName=current,
+            jobNames=names,
+            studioUrl=studio,
+            preemptions=state.preemptions if state is not None else 0,
+            resubmissions=state.resubmits if state is not None else 0,
+        )
+    }
+    if current:
+        run_facets["externalQuery"] = ExternalQueryRunFacet(externalQueryId=current, source="azureml")
+    return OperatorLineage(
+        inputs=_datasets((inputs or {}).values(), resolver),
+        outputs=_datasets((outputs or {}).values(), resolver),
+        run_facets=run_facets,
+    )

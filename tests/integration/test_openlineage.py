@@ -1,0 +1,153 @@
+"""OpenLineage events of the invoke and command-job operators, emitted by the real OpenLineage provider's
+listener (file transport) while ``dag.test()`` runs the asset example chain against the emulator.
+
+The listener reads its configuration once per process, so the DAGs run in a fresh process configured by
+``AIRFLOW__OPENLINEAGE__*``; the test process owns the emulator (and preempts its cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+
+pytest.importorskip(
+    "airflow.providers.openlineage", reason="needs the [openlineage] extra (apache-airflow-providers-openlineage)"
+)
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.hooks import AzureMLHook
+from tests import conftest
+from tests.helpers import when_running
+
+INTERVAL = pendulum.datetime(2026, 11, 21, tz="UTC")
+# The emulator's workspaceblobstore: an AzureBlob datastore, account "emulatorstore", container = its name.
+BLOB = "wasbs://workspaceblobstore@emulatorstore.dfs.core.windows.net"
+
+
+def run_chain(tmp_path: Path, dag_ids: list[str]) -> tuple[list[dict[str, Any]], str]:
+    """Run the DAGs one after another in a fresh process: the OpenLineage events it emitted, and what it printed."""
+    events_file = tmp_path / "openlineage.jsonl"
+    dags_folder = conftest.DAGS_FOLDER  # set by pytest_configure
+    script = "\n".join(
+        [
+            "import importlib.util, sys, pendulum",
+            f"sys.path.insert(0, {str(dags_folder)!r})",
+            f"spec = importlib.util.spec_from_file_location('chain', {str(dags_folder / 'example_asset_chain.py')!r})",
+            "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)",
+            f"for dag_id in {dag_ids!r}:",
+            "    dag = next(d for d in vars(module).values() if getattr(d, 'dag_id', None) == dag_id)",
+            f"    run = dag.test(logical_date=pendulum.parse({INTERVAL.isoformat()!r}))",
+            "    print('STATE', dag_id, run.state)",
+        ]
+    )
+    env = {k: v for k, v in os.environ.items() if k != "AZUREML_CURRENT_CLOUD"}
+    env.update(
+        {
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(events_file), "append": True}
+            ),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "azureml-tests",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert events_file.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()], done.stdout
+
+
+def states(out: str) -> dict[str, str]:
+    """``{dag_id: state}`` from the ``STATE <dag_id> <state>`` lines the runner printed."""
+    lines = [line.split() for line in out.splitlines() if line.startswith("STATE ")]
+    return {parts[1]: parts[2].rsplit(".", 1)[-1].lower() for parts in lines}
+
+
+def task_events(events: list[dict[str, Any]], task: str, event_type: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["job"]["name"].endswith(f".{task}") and e["eventType"] == event_type]
+
+
+@pytest.fixture
+def chain_env(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{emulator.datastore_path('')}")
+    monkeypatch.setenv("AZUREML_POLL_SECONDS", "0.1")
+    monkeypatch.setenv("AZUREML_RESUBMIT_BACKOFF_SECONDS", "0.1")
+    return emulator
+
+
+def test_invoke_and_command_job_lineage_on_complete(chain_env: Emulator, tmp_path: Path) -> None:
+    emulator = chain_env
+    preempted: list[str] = []
+
+    def preempt_once(emu: Emulator, _job: str) -> None:  # Azure's own PreemptionError: evidence when read
+        preempted.extend(emu.preempt_cluster("low-pri-cluster", form="failed"))
+
+    chain = ["example_asset_etl", "example_asset_scoring", "example_asset_report"]
+    with when_running(emulator, preempt_once):
+        events, out = run_chain(tmp_path, chain)
+    assert states(out) == dict.fromkeys(chain, "success"), out[-3000:]
+    assert preempted, "no job was preempted"
+
+    completes = task_events(events, "score_partition", "COMPLETE")
+    assert len(completes) == 2  # one per mapped task
+    hook = AzureMLHook()
+    total_preemptions = 0
+    for event in completes:
+        (dataset_in,) = event["inputs"]
+        (dataset_out,) = event["outputs"]
+        assert dataset_in["namespace"] == BLOB and dataset_out["namespace"] == BLOB
+        assert dataset_in["name"].startswith("assets/input/20261121T0000/part-")
+        assert dataset_out["name"] == dataset_in["name"].replace("/input/", "/output/")
+        facet = event["run"]["facets"]["azureml_job"]
+        names = facet["jobNames"]
+        assert facet["jobName"] == names[-1] and emulator.job(names[-1]).status == "Completed"
+        assert facet["resubmissions"] == len(names) - 1 == facet["preemptions"]
+        assert set(names[:-1]) <= set(preempted)
+        assert facet["studioUrl"] == hook.studio_job_url(names[-1])
+        assert "cost" not in facet  # unknown until issue 11 fills it (None is not sent); never a made-up number
+        assert event["run"]["facets"]["externalQuery"] == {
+            **event["run"]["facets"]["externalQuery"],
+            "externalQueryId": names[-1],
+            "source": "azureml",
+        }
+        total_preemptions += facet["preemptions"]
+    assert total_preemptions == len(preempted)
+
+    (command,) = task_events(events, "summarize_predictions", "COMPLETE")
+    assert sorted((d["namespace"], d["name"]) for d in command["inputs"]) == sorted(
+        (BLOB, d["outputs"][0]["name"]) for d in completes
+    )
+    assert command["outputs"] == []
+    facet = command["run"]["facets"]["azureml_job"]
+    assert emulator.job(facet["jobName"]).job_type == "Command" and facet["preemptions"] == 0
+
+
+def test_invoke_lineage_on_failure_counts_the_preemptions(chain_env: Emulator, tmp_path: Path) -> None:
+    """Every job is preempted (Azure's PreemptionError) until each partition's budget (3 resubmissions) is spent."""
+    emulator = chain_env
+    preempted: list[str] = []
+
+    def preempt_every_job(emu: Emulator, _job: str) -> None:
+        preempted.extend(emu.preempt_cluster("low-pri-cluster", form="failed"))
+
+    with when_running(emulator, preempt_every_job, times=100):
+        events, out = run_chain(tmp_path, ["example_asset_etl", "example_asset_scoring"])
+    assert states(out) == {"example_asset_etl": "success", "example_asset_scoring": "failed"}, out[-3000:]
+    failures = task_events(events, "score_partition", "FAIL")
+    assert len(failures) == 2
+    for event in failures:
+        assert [d["namespace"] for d in event["inputs"]] == [BLOB]
+        assert [d["namespace"] for d in event["outputs"]] == [BLOB]
+        facet = event["run"]["facets"]["azureml_job"]
+        assert len(facet["jobNames"]) == 4 and set(facet["jobNames"]) <= set(preempted)
+        assert facet["preemptions"] == 4 and facet["resubmissions"] == 3
+        assert facet["jobName"] == facet["jobNames"][-1]
+        assert "preempted" in event["run"]["facets"]["errorMessage"]["message"]
+    assert not task_events(events, "score_partition", "COMPLETE")
