@@ -169,4 +169,3 @@ def test_etl_scoring_report_chain_on_assets(chain_env: Emulator) -> None:
     command = emulator.job(xcom_value(report, "summarize_predictions")["job_name"])
     assert command is not None and command.status == "Completed"
     assert sorted(i["uri"].rstrip("/") for i in command.submitted["inputs"].values()) == outputs
-
