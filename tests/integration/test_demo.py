@@ -1,30 +1,85 @@
-"""``make demo`` as a new user runs it: the example DAG against the emulator, with a preemption mid-run."""
+"""``make demo`` as a new user runs it, twice: the example DAG against the emulator, a preemption mid-run,
+and on the second run a new interval plus a re-run of the first that reuses its finished partitions."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+DEMO_SCRIPT = REPO / "scripts" / "demo.py"
 
 
-def test_demo_scores_every_row_once_and_logs_no_error(tmp_path: Path) -> None:
-    env = {**os.environ, "AZUREML_DEMO_DIR": str(tmp_path / "demo")}
+def run_demo(demo: Path, *args: str) -> str:
+    """One ``make demo`` in ``demo`` (never the repository's ``.demo/``); its output, after checking it passed."""
+    env = {**os.environ, "AZUREML_DEMO_DIR": str(demo)}
     for key in [k for k in env if k.startswith("AIRFLOW")]:  # the demo sets up its own Airflow home
         del env[key]
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "demo.py")],
+        [sys.executable, str(DEMO_SCRIPT), *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=400,
         check=False,
     )
     out = result.stdout + result.stderr
-    log = tmp_path / "demo" / "dags-test.log"
-    errors = [line for line in log.read_text(errors="replace").splitlines() if "[error" in line] if log.exists() else []
+    errors = [
+        line
+        for log in sorted((demo / "logs").glob("*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if "[error" in line
+    ]
     assert errors == [], out[-3000:]
     assert result.returncode == 0, out[-3000:]
-    assert "each row exactly once" in out and "errors logged            0" in out, out[-3000:]
+    return out
+
+
+def emulator_jobs(demo: Path) -> dict[str, list[dict[str, Any]]]:
+    """The ARM records of the jobs the emulator held at the end of the last run, by the interval their input names."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for job in json.loads((demo / "logs" / "emulator-jobs.json").read_text()):
+        (uri,) = [v["uri"] for v in job["properties"]["inputs"].values()]
+        grouped.setdefault(uri.split("/scoring/input/")[1].split("/")[0], []).append(job)
+    return grouped
+
+
+def checkpointed_jobs(demo: Path, interval: str) -> set[str]:
+    """The jobs named in the interval's verified checkpoints on the emulator's datastore."""
+    folder = demo / "emulator" / "datastores" / "workspaceblobstore" / "scoring" / "checkpoints" / interval
+    states = [json.loads(p.read_text()) for p in sorted(folder.glob("part-*.json"))]
+    assert len(states) == 4 and all(s["verified"] for s in states), states
+    return {name for s in states for name in s["jobs"]}
+
+
+def test_second_demo_scores_a_new_interval_and_reuses_the_first_without_a_job(tmp_path: Path) -> None:
+    demo = tmp_path / "demo"
+    first = run_demo(demo, "--fresh")
+    assert "interval 1: 2026-11-29  (data interval 20261129T0000, new)" in first, first[-3000:]
+    assert "each row exactly once" in first and "errors logged            0" in first, first[-3000:]
+    assert "(re-run)" not in first, first[-3000:]
+    jobs = emulator_jobs(demo)
+    assert list(jobs) == ["20261129T0000"], jobs.keys()
+    first_jobs = {j["name"] for j in jobs["20261129T0000"]}
+    # The whole-cluster preemption: one job canceled, resubmitted once; every job named by a checkpoint.
+    assert sorted(j["properties"]["status"] for j in jobs["20261129T0000"]) == ["Canceled"] + ["Completed"] * 4
+    assert checkpointed_jobs(demo, "20261129T0000") == first_jobs
+
+    second = run_demo(demo)
+    assert "interval 1: 0 new jobs (all 4 partitions were finished checkpoints)" in second, second[-3000:]
+    assert "interval 2: 2026-11-30  (data interval 20261130T0000, new)" in second, second[-3000:]
+    assert "rows in / rows scored    600 / 600  (each row exactly once)" in second, second[-3000:]
+    assert "preemptions seen         1" in second and "resubmissions            1" in second, second[-3000:]
+    # The emulator's own records agree: no job of this run reads interval 1's input, none reuses a name.
+    jobs = emulator_jobs(demo)
+    assert list(jobs) == ["20261130T0000"], jobs.keys()
+    second_jobs = {j["name"] for j in jobs["20261130T0000"]}
+    assert len(second_jobs) == 5 and not second_jobs & first_jobs, (first_jobs, second_jobs)
+    assert sorted(j["properties"]["status"] for j in jobs["20261130T0000"]) == ["Canceled"] + ["Completed"] * 4
+    assert checkpointed_jobs(demo, "20261130T0000") == second_jobs
+    # The re-run left interval 1's checkpoints as they were.
+    assert checkpointed_jobs(demo, "20261129T0000") == first_jobs
