@@ -151,3 +151,62 @@ def test_invoke_lineage_on_failure_counts_the_preemptions(chain_env: Emulator, t
         assert facet["jobName"] == facet["jobNames"][-1]
         assert "preempted" in event["run"]["facets"]["errorMessage"]["message"]
     assert not task_events(events, "score_partition", "COMPLETE")
+
+
+def test_datastore_namespaces_follow_the_openlineage_spec() -> None:
+    from azure.ai.ml.entities import AzureBlobDatastore, AzureDataLakeGen2Datastore, AzureFileDatastore
+    from openlineage.client.naming.dataset import ABFSS, WASBS
+
+    from airflow_azureml.openlineage import storage_namespace
+
+    lake = AzureDataLakeGen2Datastore(name="lake", account_name="acct", filesystem="fs")
+    blob = AzureBlobDatastore(name="blob", account_name="acct", container_name="box")
+    assert storage_namespace(lake) == ABFSS(container="fs", service="acct", path="p").get_namespace()
+    assert storage_namespace(blob) == WASBS(container="box", service_name="acct", object_key="k").get_namespace()
+    china = AzureDataLakeGen2Datastore(
+        name="lake", account_name="acct", filesystem="fs", endpoint="core.chinacloudapi.cn"
+    )
+    assert storage_namespace(china) == "abfss://fs@acct.dfs.core.chinacloudapi.cn"
+    share = AzureFileDatastore(name="share", account_name="acct", file_share_name="files")
+    assert storage_namespace(share) is None  # the spec names no file-share namespace
+
+
+def test_datastores_resolve_through_the_connection(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    from airflow_azureml.assets import parse_datastore_uri
+    from airflow_azureml.openlineage import DatastoreResolver, dataset
+
+    resolver = DatastoreResolver(AzureMLHook())
+    first = dataset("azureml://datastores/workspaceblobstore/paths/scoring/input/part-000/", resolver)
+    second = dataset("azureml://datastores/workspaceblobstore/paths/scoring/output", resolver)
+    assert (first.namespace, first.name) == (BLOB, "scoring/input/part-000")
+    assert (second.namespace, second.name) == (BLOB, "scoring/output")
+    gets = [r for r in emulator.requests() if r["method"] == "GET" and "/datastores/" in r["path"]]
+    assert len(gets) == 1  # one read per datastore
+    # not resolvable: a datastore the workspace does not have, another workspace's datastore
+    missing = dataset("azureml://datastores/nosuchstore/paths/x", resolver)
+    assert (missing.namespace, missing.name) == ("azureml://datastores/nosuchstore", "x")
+    other = "azureml://subscriptions/s/resourcegroups/rg/workspaces/other/datastores/workspaceblobstore/paths/x"
+    assert resolver.namespace(parse_datastore_uri(other)) == other.rsplit("/paths/", 1)[0]
+    assert dataset("azureml:heart-data:1", resolver) is None  # a data asset reference names no storage
+    assert dataset(3, resolver) is None
+
+
+def test_asset_converter_is_used_by_the_openlineage_provider() -> None:
+    from airflow.providers.openlineage.utils.utils import translate_airflow_asset
+    from airflow.sdk import Asset
+
+    converted = translate_airflow_asset(Asset("azureml://datastores/ds/paths/scored/part-000/"), None)
+    assert (converted.namespace, converted.name) == ("azureml://datastores/ds", "scored/part-000")
+
+
+def test_operators_import_no_openlineage() -> None:
+    """Lineage is computed only when the listener asks: the base install needs no OpenLineage."""
+    code = (
+        "import sys\n"
+        "import airflow_azureml.operators.batch, airflow_azureml.operators.jobs, airflow_azureml.assets\n"
+        # Airflow itself reads every provider's get_provider_info; the lineage code is not imported
+        "print('OL=' + ','.join(m for m in sys.modules if m.split('.')[0] == 'openlineage' or 'extractors' in m"
+        " or m == 'airflow_azureml.openlineage'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "OL=\n" in done.stdout, done.stdout[-2000:]
