@@ -1,7 +1,8 @@
 """OpenLineage for the job operators: datasets named as the OpenLineage naming spec says, and the job's facts.
 
-Imported only inside the operators' ``get_openlineage_facets_on_*`` methods: the base install needs neither
-``openlineage-python`` nor ``apache-airflow-providers-openlineage`` (extra ``[openlineage]``).
+Called only from the operators' ``get_openlineage_facets_on_*`` methods, and OpenLineage itself is imported
+only when a function here runs: the base install needs neither ``openlineage-python`` nor
+``apache-airflow-providers-openlineage`` (extra ``[openlineage]``), and this module imports without them.
 
 Naming (OpenLineage spec, "Dataset Naming"; the same as ``openlineage.client.naming.dataset``):
 
@@ -18,36 +19,49 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import attrs
-from airflow.providers.common.compat.openlineage.facet import Dataset, ExternalQueryRunFacet, RunFacet
-from airflow.providers.openlineage.extractors import OperatorLineage
 
 from airflow_azureml.assets import DatastorePath, parse_datastore_uri
 from airflow_azureml.redaction import scrub
 
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.openlineage.facet import Dataset
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
 log = logging.getLogger(__name__)
 
 FACET = "azureml_job"
+FACET_SCHEMA = "urn:airflow-azureml:openlineage:AzureMLJobRunFacet:1"
 
 
-@attrs.define
-class AzureMLJobRunFacet(RunFacet):
-    """The Azure ML jobs behind one Airflow task run: the chain of names, and why it has more than one."""
+@cache
+def job_run_facet_class() -> type:
+    """``AzureMLJobRunFacet``: the Azure ML jobs behind one Airflow task run (built on first use, so that
+    OpenLineage is imported only then).
 
-    jobName: str | None  # OpenLineage facets are camelCase
-    jobNames: list[str]
-    studioUrl: str | None
-    preemptions: int
-    resubmissions: int
-    # Cost of the jobs: not known yet (issue 11, spot economics, will fill it). Always None until then.
-    cost: dict[str, Any] | None = None
+    Fields (camelCase, as OpenLineage facets are): ``jobName`` (the job that decided the outcome),
+    ``jobNames`` (the chain, oldest first), ``studioUrl``, ``preemptions``, ``resubmissions``, and
+    ``cost``: not known yet (issue 11, spot economics, fills it); None until then, so it is not sent.
+    """
+    import attrs
+    from airflow.providers.common.compat.openlineage.facet import RunFacet
 
-    @staticmethod
-    def _get_schema() -> str:
-        return "urn:airflow-azureml:openlineage:AzureMLJobRunFacet:1"
+    @attrs.define
+    class AzureMLJobRunFacet(RunFacet):  # type: ignore[misc,valid-type]
+        jobName: str | None
+        jobNames: list[str]
+        studioUrl: str | None
+        preemptions: int
+        resubmissions: int
+        cost: dict[str, Any] | None = None
+
+        @staticmethod
+        def _get_schema() -> str:
+            return FACET_SCHEMA
+
+    return AzureMLJobRunFacet
 
 
 class DatastoreResolver:
@@ -98,6 +112,8 @@ def storage_namespace(store: Any) -> str | None:
 
 def dataset(uri: Any, resolver: DatastoreResolver) -> Dataset | None:
     """The OpenLineage dataset for a job input or output URI; None for a value that names no data."""
+    from airflow.providers.common.compat.openlineage.facet import Dataset
+
     if not isinstance(uri, str) or "://" not in uri:
         return None  # a literal input (a number, a string) or a data asset reference (azureml:name:version)
     place = parse_datastore_uri(uri)
@@ -118,6 +134,9 @@ def _datasets(uris: Iterable[Any], resolver: DatastoreResolver) -> list[Dataset]
 
 def job_lineage(operator: Any, inputs: Mapping[str, Any] | None, outputs: Mapping[str, Any] | None) -> OperatorLineage:
     """Inputs, outputs and the job facts of a job operator's task run, from its state (``_state``)."""
+    from airflow.providers.common.compat.openlineage.facet import ExternalQueryRunFacet
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
     resolver = DatastoreResolver(operator.hook)
     state = getattr(operator, "_state", None)
     names = list(state.job_names) if state is not None else []
@@ -129,7 +148,7 @@ def job_lineage(operator: Any, inputs: Mapping[str, Any] | None, outputs: Mappin
         except Exception as exc:  # lineage never fails the task
             log.info("OpenLineage: no Studio URL for job %s: %s", current, scrub(str(exc)))
     run_facets: dict[str, Any] = {
-        FACET: AzureMLJobRunFacet(
+        FACET: job_run_facet_class()(
             jobName=current,
             jobNames=names,
             studioUrl=studio,
