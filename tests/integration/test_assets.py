@@ -169,3 +169,41 @@ def test_etl_scoring_report_chain_on_assets(chain_env: Emulator) -> None:
     command = emulator.job(xcom_value(report, "summarize_predictions")["job_name"])
     assert command is not None and command.status == "Completed"
     assert sorted(i["uri"].rstrip("/") for i in command.submitted["inputs"].values()) == outputs
+
+
+def test_outputs_become_events_of_alias_and_matching_asset_outlets() -> None:
+    from airflow.sdk import Asset, AssetAlias
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from airflow_azureml.assets import output_places, record_output_events
+
+    declared = Asset("azureml://datastores/workspaceblobstore/paths/scored/static/")
+    alias, unrelated = AssetAlias("scored"), Asset("azureml://datastores/workspaceblobstore/paths/elsewhere")
+    outputs = {
+        "score": "azureml://datastores/workspaceblobstore/paths/scored/static/",
+        "extra_copy": "azureml://datastores/workspaceblobstore/paths/scored/20261120/part-001/",
+        "asset_ref": "azureml:heart-data:1",  # a data asset names no place: no event
+    }
+    events = OutletEventAccessors()
+    emitted = record_output_events(
+        {"outlet_events": events}, [declared, alias, unrelated], output_places(outputs), {"job_name": "j-1"}
+    )
+    static, rendered = (
+        "azureml://datastores/workspaceblobstore/paths/scored/static",
+        "azureml://datastores/workspaceblobstore/paths/scored/20261120/part-001",
+    )
+    assert sorted(emitted) == sorted([static, rendered, static])
+    assert events[declared].extra == {"job_name": "j-1", "output": "score"}
+    assert events[unrelated].extra == {}
+    by_uri = {e.dest_asset_key.uri: e.extra for e in events[alias].asset_alias_events}
+    assert by_uri == {
+        static: {"job_name": "j-1", "output": "score"},
+        rendered: {"job_name": "j-1", "output": "extra_copy"},
+    }
+    # no outlets, or no outlet_events in the context (a direct execute() call): nothing, no error
+    assert record_output_events({"outlet_events": OutletEventAccessors()}, [], output_places(outputs), {}) == []
+    assert record_output_events({}, [alias], output_places(outputs), {}) == []
+    # with no outputs given, the job's default output location (Azure's "score" output)
+    assert output_places(None, "azureml://datastores/workspaceblobstore/paths/azureml/j-1/score/") == {
+        "score": output_places({"s": "azureml://datastores/workspaceblobstore/paths/azureml/j-1/score"})["s"]
+    }
