@@ -114,15 +114,22 @@ def create_asset(*, datastore: str, path: str = "", extra: dict[str, Any] | None
 
 
 def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Any:
-    """Airflow's OpenLineage converter. With no workspace at hand the datastore cannot be resolved to its
-    storage account, so the namespace stays ``azureml://[<workspace>/]datastores/<datastore>`` and the
-    name is the path; the operators resolve their own datasets to ``abfss://``/``wasbs://``."""
+    """Airflow's OpenLineage converter. The datastore is resolved to its storage account (``abfss://``,
+    ``wasbs://``) only when the context is an ``AzureMLHook`` (hook lineage); for a task's declared
+    inlets and outlets Airflow gives no context, so the namespace stays
+    ``azureml://[<workspace>/]datastores/<datastore>`` and the name is the path."""
     from airflow.providers.common.compat.openlineage.facet import Dataset
 
     place = parse_datastore_uri(asset.uri)
     if place is None:  # a job output: the URI itself is the only name it has
         parts = urlsplit(asset.uri)
         return Dataset(namespace=f"{SCHEME}://{parts.netloc}", name=parts.path.lstrip("/") or "/")
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
+
+    if isinstance(lineage_context, AzureMLHook):
+        from airflow_azureml.openlineage import DatastoreResolver
+
+        return Dataset(namespace=DatastoreResolver(lineage_context).namespace(place), name=place.path or "/")
     return Dataset(namespace=place.datastore_root, name=place.path or "/")
 
 

@@ -189,6 +189,14 @@ def test_datastores_resolve_through_the_connection(emulator: Emulator, azureml_c
     assert resolver.namespace(parse_datastore_uri(other)) == other.rsplit("/paths/", 1)[0]
     assert dataset("azureml:heart-data:1", resolver) is None  # a data asset reference names no storage
     assert dataset(3, resolver) is None
+    # the asset converter resolves too when Airflow hands it the hook (hook lineage), and cannot without it
+    from airflow.sdk import Asset
+
+    from airflow_azureml.assets import convert_asset_to_openlineage
+
+    asset = Asset("azureml://datastores/workspaceblobstore/paths/scoring/output")
+    assert convert_asset_to_openlineage(asset, AzureMLHook()).namespace == BLOB
+    assert convert_asset_to_openlineage(asset, None).namespace == "azureml://datastores/workspaceblobstore"
 
 
 def test_asset_converter_is_used_by_the_openlineage_provider() -> None:
