@@ -141,8 +141,9 @@ class Workspace:
         self.environments: dict[tuple[str, str], TrackedResource] = {}  # (name, version) -> environment version
         self.scoring = ScoringRegistry()
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
-        # Test control, not an Azure behaviour: a Running job on a held cluster does not end until it is
-        # released, so that a test's fault lands while the job runs however loaded the machine is.
+        # Test control, not an Azure behaviour: a Running job on a held cluster keeps its nodes but takes no
+        # work (and a command job does not end) until it is released, so that a test's fault lands while the
+        # job runs, with its work still ahead, however loaded the machine is.
         self.held_clusters: set[str] = set()
         self.released_jobs: set[str] = set()
         self.behaviour = Behaviour()
@@ -710,7 +711,7 @@ class Workspace:
             if failures and self._over_threshold(settings, failed_files):
                 self._fail_batch(job, settings, failures, failed_files, len(files))
                 return
-            if job.status == "Running":  # a NotResponding job takes no new work until it resumes
+            if job.status == "Running" and not self._held(job):  # a NotResponding (or held) job takes no new work
                 for node in ready:
                     busy = sum(1 for n in workers.values() if n is node)
                     while queue and busy < settings.max_concurrency:

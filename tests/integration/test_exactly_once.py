@@ -227,6 +227,7 @@ def test_person_cancel_on_a_cluster_with_another_jobs_preempted_node(workspace: 
 def evict_one_node_then_person_cancels(emulator: Emulator, job: str) -> None:
     """One of the job's two nodes is evicted (its mini-batches are requeued, the job goes on); once the wait
     has read the gauge up, a person cancels the job."""
+    emulator.release_job(job)  # when_running holds it before its work: this fault needs the work under way
     deadline = time.monotonic() + 60
     nodes = emulator.workspace.computes[CLUSTER].nodes
     while emulator.call(lambda: sum(n.state == "running" and n.job_name == job for n in nodes)) < 2:
