@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the example DAG against the local Azure ML emulator
-#   make test   run the test suite (unit, integration, e2e); changes no tracked file
+#   make test   run the test suite (unit, integration, e2e); changes no tracked file. Two pytest-xdist
+#               workers: one runs the e2e matrix (one shared Airflow deployment), the other the rest.
 # and one more for maintainers:
 #   make reliability   run the e2e fault matrix and rebuild docs/reliability.{md,json} from it
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test reliability lint install clean docs
+.PHONY: demo demo-clean test reliability lint install clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +22,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
+demo-clean: $(STAMP)
+	$(PY) scripts/demo.py --fresh
+
 test: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_kubectl.sh
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 
 reliability: $(STAMP)
 	bash scripts/ensure_postgres.sh
