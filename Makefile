@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the example DAG against the local Azure ML emulator
 #   make test   run the test suite (unit, integration, e2e); changes no tracked file. Two pytest-xdist
-#               workers: one runs the e2e matrix (one shared Airflow deployment), the other the rest.
+#               workers, a test file at a time (--dist loadfile): one runs the e2e matrix (one file, one
+#               shared Airflow deployment), the other the rest beside it.
 # and one more for maintainers:
 #   make reliability   run the e2e fault matrix and rebuild docs/reliability.{md,json} from it
 PYTHON ?= python3
@@ -29,7 +30,7 @@ test: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_kubectl.sh
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 reliability: $(STAMP)
 	bash scripts/ensure_postgres.sh

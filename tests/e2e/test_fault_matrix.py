@@ -18,9 +18,9 @@ import pytest
 from airflow_azureml.naming import UNIT_TAG
 from tests.e2e.conftest import DAG_ID, E2E
 
-# One xdist worker runs the whole matrix (it shares one Airflow deployment); the rest of the suite
-# runs beside it on the other workers.
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
+# The whole matrix is this one file, so `make test` (pytest-xdist, --dist loadfile) runs it on one
+# worker, on one shared Airflow deployment, beside the rest of the suite on the other worker.
+pytestmark = pytest.mark.e2e
 CONF = {"partitions": 2, "files_per_partition": 3, "rows_per_file": 10}
 CLUSTER = "low-pri-cluster"
 
