@@ -71,6 +71,11 @@ def _forget_inherited_custom_cloud() -> None:
         del os.environ["AZUREML_CURRENT_CLOUD"]
 
 
+# Also at import: every operator imports this module when its DAG file is parsed, before an execute()
+# may import azure.ai.ml ahead of any hook.
+_forget_inherited_custom_cloud()
+
+
 class AzureMLHook(BaseHook):
     """Talks to one Azure ML workspace through an ``azure_ml`` connection.
 
