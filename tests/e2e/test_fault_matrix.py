@@ -222,36 +222,41 @@ def test_clear_after_success_submits_nothing(e2e: E2E) -> None:
     assert_exactly_once(result, jobs=before)
 
 
-def gauge_read_while_running(e2e: E2E, job: Any, reads: int = 1) -> bool:
-    """A wait has read the cluster's gauge since the job started: a rise seen later is the evidence."""
-    since = job.started.timestamp() if job.started is not None else time.time()
-    seen = sum(
-        1
-        for r in e2e.emulator.requests()
-        if r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
-    )
-    return seen >= reads
-
-
 def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
     preempted: list[str] = []
 
     def fault(run_id: str, interval: str) -> None:
-        def every_running_job_sampled() -> Any:
-            # Preempt only once the wait of EVERY job running on the cluster has read the gauge
-            # (a read after the job started): a job that
-            # starts running just before the cluster goes has no sample, and is then, safely,
-            # taken as a person's cancel (docs/operators.md).
-            running = running_jobs(e2e, interval)
+        emulator = e2e.emulator
+
+        def preempt_once_every_running_job_sampled() -> str | None:
+            # Preempt only once the wait of EVERY job running on the cluster has read the gauge (a read
+            # after the job started): a job that starts running just before the cluster goes has no
+            # sample, and is then, safely, taken as a person's cancel (docs/operators.md). Checked and
+            # done in one step on the emulator's loop, so no job starts running in between.
+            running = [
+                j
+                for j in emulator.workspace.jobs.values()
+                if f"/input/{interval}/" in str(j.input_uri or "") and j.status == "Running"
+            ]
             fresh = [j for j in running if j.name not in preempted]
-            if fresh and all(gauge_read_while_running(e2e, j) for j in running):
-                return fresh[0]
-            return None
+
+            def sampled(job: Any) -> bool:
+                since = job.started.timestamp() if job.started is not None else time.time()
+                return any(
+                    r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
+                    for r in emulator.request_log
+                )
+
+            # and no job is getting nodes (a job with nodes still preparing is cancelled too, unsampled)
+            holders = {n.job_name for n in emulator.workspace.computes[CLUSTER].nodes if n.job_name}
+            if not fresh or not all(sampled(j) for j in running) or holders - {j.name for j in running}:
+                return None
+            emulator.workspace.preempt_cluster(CLUSTER, "canceled")
+            return fresh[0].name
 
         for _ in range(2):
-            job = wait_until(every_running_job_sampled, what="running jobs whose waits read the gauge")
-            preempted.append(job.name)
-            e2e.emulator.preempt_cluster(CLUSTER, "canceled")
+            name = wait_until(lambda: emulator.call(preempt_once_every_running_job_sampled), what="a sampled run")
+            preempted.append(name)
 
     # Azure sends no message for this cancel: the waits (1 s polls) must see the gauge up while the jobs
     # still run, so the service takes a plausible while to cancel them (capacity gone meanwhile).
