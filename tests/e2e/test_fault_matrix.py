@@ -227,12 +227,22 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
 
     def fault(run_id: str, interval: str) -> None:
         emulator = e2e.emulator
+        gauge_zero_since: list[float] = []  # when the cluster last showed no preempted node
 
         def preempt_once_every_running_job_sampled() -> str | None:
-            # Preempt only once the wait of EVERY job running on the cluster has read the gauge (a read
-            # after the job started): a job that starts running just before the cluster goes has no
-            # sample, and is then, safely, taken as a person's cancel (docs/operators.md). Checked and
+            # Preempt only once the wait of EVERY job running on the cluster has read the gauge at 0 (a
+            # read after the job started and after the last preemption's nodes were deallocated): a job
+            # that starts running just before the cluster goes has no sample, and a job first sampled
+            # while the previous preemption's nodes still counted sees the gauge flat (2 -> 2) as its own
+            # nodes go; both are, safely, taken as a person's cancel (docs/operators.md). Checked and
             # done in one step on the emulator's loop, so no job starts running in between.
+            compute = emulator.workspace.computes[CLUSTER]
+            if any(n.state == "preempted" for n in compute.nodes):
+                gauge_zero_since.clear()
+                return None
+            if not gauge_zero_since:
+                gauge_zero_since.append(time.time())
+                return None
             running = [
                 j
                 for j in emulator.workspace.jobs.values()
@@ -241,14 +251,15 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
             fresh = [j for j in running if j.name not in preempted]
 
             def sampled(job: Any) -> bool:
-                since = job.started.timestamp() if job.started is not None else time.time()
+                started = job.started.timestamp() if job.started is not None else time.time()
+                since = max(started, gauge_zero_since[0])
                 return any(
                     r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
                     for r in emulator.request_log
                 )
 
             # and no job is getting nodes (a job with nodes still preparing is cancelled too, unsampled)
-            holders = {n.job_name for n in emulator.workspace.computes[CLUSTER].nodes if n.job_name}
+            holders = {n.job_name for n in compute.nodes if n.job_name}
             if not fresh or not all(sampled(j) for j in running) or holders - {j.name for j in running}:
                 return None
             emulator.workspace.preempt_cluster(CLUSTER, "canceled")
