@@ -37,6 +37,8 @@ from typing import Any
 import psutil
 import requests
 
+from airflow_azureml.naming import UNIT_TAG
+
 INTERVAL = 2.0  # poll interval for both patterns, seconds
 DURATIONS = (4.0, 14.0)  # job run times are spread uniformly in this range
 
@@ -160,9 +162,9 @@ def run_stage(emulator: EmulatorProcess, pattern: str, n: int, ml_client: Any = 
     rng = random.Random(n)
     durations = [round(rng.uniform(*DURATIONS), 2) for _ in range(n)]
     prefix = f"{pattern}-{n}-{int(time.time())}"
-    names = emulator.control("POST", "/_emulator/synthetic-jobs", json={"prefix": prefix, "durations": durations})[
-        "jobs"
-    ]
+    # Every job carries the unit property, as the provider's jobs do: the poller's LIST filters on it.
+    body = {"prefix": prefix, "durations": durations, "properties": {UNIT_TAG: prefix}}
+    names = emulator.control("POST", "/_emulator/synthetic-jobs", json=body)["jobs"]
     since = time.time()
     monitor = Monitor()
 
@@ -184,6 +186,12 @@ def run_stage(emulator: EmulatorProcess, pattern: str, n: int, ml_client: Any = 
     delays = [observed[name] - jobs[name]["ended"] for name in names]
     log = emulator.control("GET", "/_emulator/requests", params={"since": since, "last": 10_000_000})
     reads = [r for r in log if r["method"] == "GET" and f"/workspaces/{emulator.info['workspace']}/" in r["path"]]
+    kinds: dict[str, int] = {}
+    for r in reads:
+        tail = r["path"].split(f"/workspaces/{emulator.info['workspace']}/", 1)[1].split("?")[0]
+        kind = "job LIST" if tail == "jobs" else "job GET" if tail.startswith("jobs/") else tail.split("/")[0] + " GET"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    print(f"  {pattern} N={n} reads by kind: {dict(sorted(kinds.items()))}", file=sys.stderr)
     return Result(
         pattern=pattern,
         n=n,

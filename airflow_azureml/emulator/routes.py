@@ -589,8 +589,12 @@ class Routes:
 
     async def control_synthetic_jobs(self, request: web.Request) -> web.Response:
         data = await request.json()
+        properties = {str(k): str(v) for k, v in (data.get("properties") or {}).items()}
         names = self.ws.create_synthetic_jobs(
-            str(data.get("prefix", "synthetic")), list(data["durations"]), float(data.get("queue_seconds", 0))
+            str(data.get("prefix", "synthetic")),
+            list(data["durations"]),
+            float(data.get("queue_seconds", 0)),
+            properties,
         )
         return web.json_response({"jobs": names})
 

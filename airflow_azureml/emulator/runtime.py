@@ -561,14 +561,29 @@ class Workspace:
         if self.behaviour.stall_seconds > 0 and not job.stalled:
             self.stall_job(job.name, self.behaviour.stall_seconds)
 
-    def create_synthetic_jobs(self, prefix: str, durations: list[float], queue_seconds: float = 0.0) -> list[str]:
-        """Jobs with fixed timelines and no compute, for load tests of the waiting side."""
+    def create_synthetic_jobs(
+        self,
+        prefix: str,
+        durations: list[float],
+        queue_seconds: float = 0.0,
+        properties: dict[str, str] | None = None,
+    ) -> list[str]:
+        """Jobs with fixed timelines and no compute, for load tests of the waiting side.
+
+        ``properties``: user properties every job carries, as a submitter's would (a load test of
+        waits on the provider's own jobs needs the property its job LIST filters on).
+        """
         names = []
         for index, duration in enumerate(durations):
             name = f"{prefix}-{index:05d}"
             if name in self.jobs:
                 raise EmulatorError(409, "UserError", f"A job named {name!r} already exists in this workspace")
-            job = Job(name=name, job_type="Command", compute="", properties={"displayName": name})
+            job = Job(
+                name=name,
+                job_type="Command",
+                compute="",
+                properties={"displayName": name, "properties": dict(properties or {})},
+            )
             self.jobs[name] = job
             self._runners[name] = self._spawn(self._run_synthetic(job, queue_seconds, float(duration)))
             names.append(name)
