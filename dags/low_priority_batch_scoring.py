@@ -1,14 +1,18 @@
 """Score each data interval's heart-disease records on a low-priority (spot) Azure ML cluster.
 
 Steps:
-1. setup: create the low-priority cluster and the batch deployment (idempotent, from the
-   az ml CLI YAML in ``dags/azureml/``, as the Azure docs show them);
+1. setup: create the low-priority cluster, a dedicated cluster with ``min_instances: 0`` (no
+   cost until used), the batch deployment on spot and its fallback, the same model on the
+   dedicated cluster (all idempotent, from the az ml CLI YAML in ``dags/azureml/``, as the Azure
+   docs show them);
 2. extract: write the interval's input as K partition folders of CSV files on the datastore;
 3. plan + score: one mapped invoke task per *unverified* partition. Partitions are the
    checkpoints: a partition is finished only once its job completed and the report verified
    its output, and each job's identity derives from the partition (and its redo number), so a
    retry, a clear or a backfill reattaches to or reuses the job instead of paying for a second
-   one. Whole-cluster preemptions are resubmitted by the operator;
+   one. Whole-cluster preemptions are resubmitted by the operator at once; the work moves to the
+   fallback deployment when spot is expected to cost more, after ``fallback_after`` preemptions,
+   or when a job waits for spot capacity longer than ``max_queue_seconds``;
 4. report: check rows in = rows scored, each row exactly once, and checkpoint the partitions
    that pass. With Azure's default ``error_threshold: -1`` a job completes even when files
    failed, so a partition whose output lacks rows is rejected and redone by the next run,
@@ -31,7 +35,8 @@ Environment (read by the DAG processor and the workers alike):
   Airflow connection (type ``adls`` or ``wasb``) for that storage account; ``abfs`` needs
   ``pip install "airflow-azureml[azure-storage]"``. Default: the emulator's local folder.
 - ``AZUREML_POLL_SECONDS``: first poll interval of a job's wait (default 30; it backs off to 300).
-- ``AZUREML_RESUBMIT_BACKOFF_SECONDS``: wait before resubmitting a preempted job (default 60).
+- ``AZUREML_RESUBMIT_BACKOFF_SECONDS``: back-off of a loop of preemptions: from the third
+  preemption of one partition on, doubling (default 60). The first two are resubmitted at once.
 - ``AZUREML_DEFERRABLE``: ``true`` (default) waits in the triggerer, ``false`` in the worker.
 """
 
@@ -55,6 +60,7 @@ CONFIG = Path(__file__).parent / "azureml"
 CLUSTER = "low-pri-cluster"
 ENDPOINT = "heart-classifier-batch"
 DEPLOYMENT = "classifier-xgboost"
+FALLBACK_DEPLOYMENT = "classifier-xgboost-dedicated"  # the same model on dedicated compute
 PREFIX = "scoring"
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
@@ -84,11 +90,21 @@ with DAG(
         task_id="create_low_priority_cluster", compute=str(CONFIG / "low-pri-cluster.yml")
     )
     # [END howto_operator_create_compute_cluster]
+    create_dedicated = AzureMLCreateComputeClusterOperator(
+        task_id="create_dedicated_cluster", compute=str(CONFIG / "dedicated-pool.yml")
+    )
     # [START howto_operator_create_batch_deployment]
     create_deployment = AzureMLCreateBatchDeploymentOperator(
         task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml")
     )
     # [END howto_operator_create_batch_deployment]
+    # [START howto_operator_create_fallback_deployment]
+    create_fallback = AzureMLCreateBatchDeploymentOperator(
+        task_id="create_fallback_deployment",
+        deployment=str(CONFIG / "deployment-dedicated.yml"),
+        set_default=False,  # the endpoint's default stays the spot deployment
+    )
+    # [END howto_operator_create_fallback_deployment]
 
     @task
     def extract(params: dict[str, Any], data_interval_start: pendulum.DateTime) -> list[dict[str, Any]]:
@@ -112,6 +128,8 @@ with DAG(
         task_id="score_partition",
         endpoint_name=ENDPOINT,
         deployment_name=DEPLOYMENT,
+        fallback_deployment=FALLBACK_DEPLOYMENT,
+        fallback_after=2,
         max_resubmits=3,
         resubmit_backoff=RESUBMIT_BACKOFF,
         deferrable=DEFERRABLE,
@@ -137,4 +155,6 @@ with DAG(
         )
 
     report(extracted, planned, score.output)
-    create_cluster >> create_deployment >> extracted
+    # One deployment write at a time: both write the endpoint too.
+    create_cluster >> create_deployment
+    [create_deployment, create_dedicated] >> create_fallback >> extracted

@@ -415,7 +415,6 @@ class Workspace:
         name = (None if ignore_name else requested) or f"batchjob-{uuid.uuid4()}"
         if name in self.jobs:
             raise EmulatorError(409, "UserError", f"A job named {name!r} already exists in this workspace")
-        binding = props.get("compute") or {}
         settings = _BatchSettings.from_deployment(dep, props)  # 400 on a bad override, before any job exists
         inputs = props.get("inputData") or props.get("inputDataset") or {}
         input_uri = _first_input_uri(inputs)
@@ -428,7 +427,9 @@ class Workspace:
             raise EmulatorError(400, "UserError", f"No input files found under {input_uri!r}")
         output_uri = _output_uri(props, name)
         self.resolve_uri(output_uri, existing=True)  # 400/404 now, not a job that fails when it writes
-        compute = _short_name(binding.get("target")) or _short_name(dep.get("compute")) or ""
+        # A deployment's compute is fixed for all its jobs ("per-job configuration is not possible",
+        # 000/001): an invoke's compute.target is accepted and ignored, the least convenient reading.
+        compute = _short_name(dep.get("compute")) or ""
         if compute not in self.computes:
             raise EmulatorError(400, "UserError", f"Compute {compute!r} not found in the workspace")
         user_props = dict(props.get("properties") or {})

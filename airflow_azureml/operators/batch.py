@@ -267,9 +267,15 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     the endpoint, deployment, rendered inputs and outputs unless ``job_identity`` is given.
     Outcomes (``airflow_azureml.outcomes.classify``, on evidence only):
     - Completed: returns job names, output URI, resubmission and preemption counts, the verdict.
-    - Preempted (Canceled for lost capacity, or Failed with PreemptionError): resubmitted with
-      back-off up to ``max_resubmits`` times per run of the task, on ``fallback_compute`` after
-      ``fallback_after`` preemptions; then ``AzureMLJobPreemptedError``.
+    - Preempted (Canceled for lost capacity, or Failed with PreemptionError): resubmitted at once
+      (a loop of preemptions backs off) up to ``max_resubmits`` times per run of the task; then
+      ``AzureMLJobPreemptedError``.
+    - Spot that does not pay: ``fallback_deployment`` is a second deployment of the same model on
+      the same endpoint, bound to dedicated compute (``min_instances: 0`` costs nothing until used).
+      A deployment's compute is fixed for all its jobs, so the fallback is a deployment, not a
+      compute override. The work moves there after ``fallback_after`` preemptions, when spot is
+      expected to cost more (``airflow_azureml.spot_policy``), or when a job waited for spot
+      capacity longer than ``max_queue_time``; it stays there for this run of the task.
     - Failed: ``AzureMLJobFailedError`` with the service's message.
     - Canceled by a person: ``AzureMLJobCanceledError``, no retries; clearing the task runs it again.
     """
@@ -277,6 +283,7 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     template_fields: Sequence[str] = (
         "endpoint_name",
         "deployment_name",
+        "fallback_deployment",
         "inputs",
         "outputs",
         "output_file_name",
@@ -292,15 +299,19 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         endpoint_name: str,
         inputs: dict[str, str],
         deployment_name: str | None = None,
+        fallback_deployment: str | None = None,
         outputs: dict[str, str] | None = None,
         output_file_name: str | None = None,
         mini_batch_size: int | None = None,
         instance_count: int | None = None,
         **kwargs: Any,
     ) -> None:
+        refused_fallback_compute = kwargs.pop("fallback_compute", None)  # refused in validate()
         super().__init__(**kwargs)
+        self._refused_fallback_compute = refused_fallback_compute
         self.endpoint_name = endpoint_name
         self.deployment_name = deployment_name
+        self.fallback_deployment = fallback_deployment
         self.inputs = inputs
         self.outputs = outputs
         self.output_file_name = output_file_name
@@ -316,10 +327,19 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             check_positive_int,
         )
 
+        if self._refused_fallback_compute is not None:
+            raise AzureMLConfigError(
+                "fallback_compute does not apply to a batch invoke: a deployment's compute is fixed for all its "
+                "jobs. Give fallback_deployment, a deployment of the same model on dedicated compute."
+            )
         super().validate()
         check_endpoint_name(self.endpoint_name)
         if self.deployment_name:
             check_deployment_name(self.deployment_name)
+        if self.fallback_deployment is not None:
+            check_deployment_name(self.fallback_deployment)
+            if self.fallback_deployment == self.deployment_name:
+                raise AzureMLConfigError("fallback_deployment must differ from deployment_name.")
         if not isinstance(self.inputs, dict) or not self.inputs:
             raise AzureMLConfigError("inputs must be a non-empty mapping of input name -> data URI.")
         for key, uri in self.inputs.items():
@@ -332,10 +352,16 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             if getattr(self, label) is not None:
                 check_positive_int(label, getattr(self, label))
 
-    def submit_job(self, context: Any, name: str, compute: str | None, markers: dict[str, str]) -> str | None:
+    def fallback_target(self) -> str | None:
+        return self.fallback_deployment or None
+
+    def _fallback_argument(self) -> str:
+        return "fallback_deployment"
+
+    def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
         return self.hook.invoke_batch_endpoint(
             endpoint_name=self.endpoint_name,
-            deployment_name=self.deployment_name,
+            deployment_name=fallback or self.deployment_name,
             inputs=self.inputs,
             outputs=self.outputs,
             job_name=name,
@@ -343,7 +369,6 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             mini_batch_size=self.mini_batch_size,
             instance_count=self.instance_count,
             output_file_name=self.output_file_name,
-            compute=compute,
             properties=markers,
         )
 

@@ -55,6 +55,7 @@ class ResubmissionState:
     before_clear: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)  # jobs this run of the task had seen before this try
     backoff_done: str | None = None  # preempted job whose back-off was already spent in the triggerer
+    fallback_rule: str | None = None  # the rule that moved this run of the task to the fallback (then it stays)
     deferred_on: str | None = None  # the job a try deferred on and has not come back from
     max_tries: int | None = None
     cleared: bool = False
@@ -78,6 +79,7 @@ class ResubmissionState:
             "reported_cancels": list(self.reported_cancels),
             "before_clear": list(self.before_clear),
             "backoff_done": self.backoff_done,
+            "fallback_rule": self.fallback_rule,
             "deferred_on": self.deferred_on,
             "max_tries": self.max_tries,
         }
@@ -137,7 +139,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         *,
         max_resubmits: int = 3,
         resubmit_backoff: float = 30.0,
-        fallback_compute: str | None = None,
+        loop_after: int = 2,
         fallback_after: int | None = None,
         job_identity: str | None = None,
         experiment_name: str | None = None,
@@ -149,7 +151,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.max_queue_time = max_queue_time
         self.max_resubmits = max_resubmits
         self.resubmit_backoff = resubmit_backoff
-        self.fallback_compute = fallback_compute
+        self.loop_after = loop_after
         self.fallback_after = fallback_after
         self.job_identity = job_identity
         self.experiment_name = experiment_name
@@ -158,8 +160,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._context: Any = None
 
     # ------------------------------------------------------- subclass contract
-    def submit_job(self, context: Any, name: str, compute: str | None, markers: dict[str, str]) -> str | None:
-        """Submit one job, requesting ``name``; ``compute`` overrides the default target (fallback).
+    def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
+        """Submit one job, requesting ``name``; ``fallback`` is ``fallback_target()`` once the policy moved there.
 
         ``markers`` must be set as job properties (and tags where possible). Returns the name the
         service gave the job (Azure may ignore the requested one).
@@ -170,21 +172,30 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """What the job does, rendered: the default identity of the unit of work."""
         raise NotImplementedError
 
+    def fallback_target(self) -> str | None:
+        """Where the work goes when spot does not pay (a deployment for batch, a compute for command jobs)."""
+        return None
+
     def validate(self) -> None:
         """Check the input without Azure; subclasses extend. Runs before any API call."""
-        from airflow_azureml.specs import check_compute_name, check_seconds, short_name  # not at DAG parse
+        from airflow_azureml.specs import check_seconds  # not at DAG parse
 
         if self.max_queue_time not in (None, ""):
             seconds = check_seconds("max_queue_time", self.max_queue_time)  # may arrive rendered; never nan/inf
             self.polling = replace(self.polling, max_queue_time=seconds)
         if self.max_resubmits < 0:
             raise AzureMLConfigError("max_resubmits must be >= 0.")
-        if self.fallback_compute is not None:
-            check_compute_name(short_name(self.fallback_compute))
-            if self.fallback_after is None or self.fallback_after < 1:
-                raise AzureMLConfigError(
-                    "fallback_compute needs fallback_after >= 1 (preemptions before falling back)."
-                )
+        if self.loop_after < 0:
+            raise AzureMLConfigError("loop_after must be >= 0 (preemptions resubmitted at once before backing off).")
+        if self.resubmit_backoff < 0:
+            raise AzureMLConfigError("resubmit_backoff must be >= 0 seconds.")
+        if self.fallback_after is not None:
+            if isinstance(self.fallback_after, bool) or not isinstance(self.fallback_after, int):
+                raise AzureMLConfigError("fallback_after must be an integer >= 1 (preemptions before falling back).")
+            if self.fallback_after < 1:
+                raise AzureMLConfigError("fallback_after must be >= 1 (preemptions before falling back).")
+            if self.fallback_target() is None:
+                raise AzureMLConfigError(f"fallback_after needs a fallback: {self._fallback_argument()}.")
 
     def result(self, state: ResubmissionState, snapshot: JobSnapshot, verdict: Classification) -> dict[str, Any]:
         return {
@@ -217,7 +228,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.deferred_on = None  # back from the trigger
         self._discover(state, newest=False)  # the event carries the newest job's snapshot
         if event["status"] == "queue_timeout":
-            self._give_up_queued(context, event["job_name"], event["message"])
+            self._queued_too_long(context, state, event["job_name"], event["message"])
+            # moved to the fallback: wait for the cancelled job to end, then the next job goes there
+            return self._proceed(context, state, JobSnapshot.from_dict(event["job"]), watched=True)
         if event["status"] != "terminal":
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         gauge = GaugeEvidence.from_dict(event["gauge_evidence"]) if event.get("gauge_evidence") else None
@@ -278,11 +291,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 method_name="execute_complete",
                 timeout=self.execution_timeout,
             )
-        try:  # the wait samples the compute's preemption gauge while the job runs: the evidence
-            return self.hook.wait_for_job_evidence(name, self.polling, self._log_status)
-        except AzureMLJobQueueTimeoutError as exc:
-            self._give_up_queued(context, name, str(exc))
-            raise  # unreachable: _give_up_queued raises
+        while True:
+            try:  # the wait samples the compute's preemption gauge while the job runs: the evidence
+                return self.hook.wait_for_job_evidence(name, self.polling, self._log_status)
+            except AzureMLJobQueueTimeoutError as exc:
+                self._queued_too_long(context, state, name, str(exc))  # returns once moved to the fallback
 
     def _close_gauge(self, snapshot: JobSnapshot, gauge: GaugeEvidence | None) -> GaugeEvidence | None:
         """A job seen Canceled after the gauge was sampled while it ran: read the gauge once more, now.
@@ -299,9 +312,19 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             return gauge
         return gauge.ended(facts.preempted_node_count if facts is not None else None)
 
-    def _give_up_queued(self, context: Any, job_name: str, message: str) -> None:
-        """No capacity for too long. A retry re-attaches to the still-queued job (no second job);
-        on the last try the job is cancelled so that it does not start, and bill, after we stopped."""
+    def _queued_too_long(self, context: Any, state: ResubmissionState, job_name: str, message: str) -> None:
+        """No capacity for too long. With a fallback, that is the normal answer: the queued job is
+        cancelled (recorded as Airflow's first) and the next job goes to the fallback; returns.
+
+        Without one (or already on it), raises: a retry re-attaches to the still-queued job (no second
+        job); on the last try the job is cancelled so that it does not start, and bill, after we stopped.
+        """
+        if self.fallback_target() is not None and not state.fallback_rule:
+            inputs = {"job": job_name, "max_queue_time": self.polling.max_queue_time, "waited": message}
+            self._move_to_fallback(context, state, True, "max_queue_time", inputs)
+            self._record_airflow_cancel(context, job_name)
+            self.hook.cancel_job(job_name)
+            return
         ti = context["ti"]
         last_try = getattr(ti, "try_number", 1) > getattr(ti, "max_tries", 0)
         if last_try:
@@ -417,6 +440,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             state.preemptions = int(recalled.get("preemptions") or 0)
             state.counted = list(recalled.get("counted") or [])
             state.backoff_done = recalled.get("backoff_done")
+            state.fallback_rule = recalled.get("fallback_rule")  # a clear gives spot another chance
         return state
 
     def _first_sight(self, state: ResubmissionState, snapshot: JobSnapshot | None) -> None:
@@ -478,9 +502,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def _submit(self, context: Any, state: ResubmissionState) -> str:
         n = state.next_resubmission
         requested = self._name(state, n)
-        compute = self._target_compute(state)
-        self.log.info("Submitting job %s (resubmission %d).", requested, n)
-        name = self.submit_job(context, requested, compute, naming.job_markers(state.key, n)) or requested
+        fallback = self.fallback_target() if state.fallback_rule else None
+        where = f" on the fallback {fallback} ({state.fallback_rule})" if fallback else ""
+        self.log.info("Submitting job %s (resubmission %d)%s.", requested, n, where)
+        name = self.submit_job(context, requested, fallback, naming.job_markers(state.key, n)) or requested
         if name != requested:
             self.log.warning("Azure named the job %s instead of %s; following the name it returned.", name, requested)
             jobs = self._listed(state, **{naming.RESUBMISSION_TAG: str(n)}).get(n, [])
@@ -497,10 +522,23 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
         return name
 
-    def _target_compute(self, state: ResubmissionState) -> str | None:
-        if self.fallback_compute and self.fallback_after and state.preemptions >= self.fallback_after:
-            return self.fallback_compute
-        return None
+    def _fallback_argument(self) -> str:
+        return "fallback_compute"
+
+    def _move_to_fallback(
+        self, context: Any, state: ResubmissionState, use_fallback: bool, rule: str, inputs: dict[str, Any]
+    ) -> bool:
+        """Log the policy's decision with its inputs; on a switch, persist it before anything is sent."""
+        self.log.warning(
+            "Spot policy: %s (rule %s). Inputs: %s",
+            f"move to the fallback {self.fallback_target()}" if use_fallback else "stay on spot",
+            rule,
+            inputs,
+        )
+        if use_fallback and not state.fallback_rule:
+            state.fallback_rule = rule
+            self._remember(context, state)
+        return use_fallback
 
     def _report(self, context: Any, snapshot: JobSnapshot, verdict: Classification) -> None:
         """The verdict and its evidence, to the task log and to XCom."""
@@ -586,7 +624,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 job_name=snapshot.name,
                 status=snapshot.status,
             )
-        delay = min(MAX_BACKOFF, self.resubmit_backoff * (2 ** (state.preemptions - 1)))
+        if self.fallback_target() is not None and not state.fallback_rule:
+            self._decide_after_preemption(context, state, snapshot)
+        delay = self._loop_backoff(state)
         old = snapshot.name
         if state.backoff_done != old and delay > 0:
             self.log.warning(
@@ -610,6 +650,25 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             self.max_resubmits,
         )
         return None
+
+    def _loop_backoff(self, state: ResubmissionState) -> float:
+        """No fixed back-off: a job resubmitted after a preemption waits in Azure's queue at no cost.
+
+        Only a loop of preemptions backs off (``resubmit_backoff``, doubling, from preemption
+        ``loop_after + 1`` on), and never on the fallback, which is not preempted for capacity.
+        """
+        loops = state.preemptions - self.loop_after
+        if loops < 1 or state.fallback_rule:
+            return 0.0
+        return min(MAX_BACKOFF, self.resubmit_backoff * (2 ** (loops - 1)))
+
+    def _decide_after_preemption(self, context: Any, state: ResubmissionState, snapshot: JobSnapshot) -> bool:
+        """After each preemption: the hard limit ``fallback_after``, then the expected cost."""
+        inputs: dict[str, Any] = {"job": snapshot.name, "preemptions": state.preemptions}
+        if self.fallback_after is not None and state.preemptions >= self.fallback_after:
+            inputs["fallback_after"] = self.fallback_after
+            return self._move_to_fallback(context, state, True, "fallback_after", inputs)
+        return False
 
     def _log_status(self, snapshot: JobSnapshot) -> None:
         self.log.info("Job %s is %s.", snapshot.name, snapshot.status)

@@ -27,6 +27,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         "command",
         "environment",
         "compute",
+        "fallback_compute",
         "instance_type",
         "inputs",
         "environment_variables",
@@ -51,9 +52,11 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         environment_variables: dict[str, str] | None = None,
         display_name: str | None = None,
         tags: dict[str, str] | None = None,
+        fallback_compute: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.fallback_compute = fallback_compute
         self.command = command
         self.environment = environment
         self.compute = compute
@@ -77,6 +80,8 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         if not isinstance(self.environment, str) or not self.environment.strip():
             raise AzureMLConfigError("environment must name an environment, e.g. azureml:my-env@latest.")
         check_compute_name(short_name(self.compute))
+        if self.fallback_compute is not None:
+            check_compute_name(short_name(self.fallback_compute))
         if self.instance_count is not None:
             check_positive_int("instance_count", self.instance_count)
         for key, value in (self.inputs or {}).items():
@@ -108,7 +113,11 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
                 self._check_instance_type(types)
         return super().execute(context)
 
-    def submit_job(self, context: Any, name: str, compute: str | None, markers: dict[str, str]) -> str | None:
+    def fallback_target(self) -> str | None:
+        """A command job's compute is chosen per job, so its fallback is a compute."""
+        return self.fallback_compute or None
+
+    def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
         from azure.ai.ml import Input, command
         from azure.ai.ml.entities import JobResourceConfiguration
 
@@ -129,7 +138,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
             name=name,
             command=self.command,
             environment=self.environment,
-            compute=short_name(compute or self.compute),
+            compute=short_name(fallback or self.compute),
             inputs=inputs or None,
             environment_variables=self.environment_variables,
             display_name=self.display_name or name,

@@ -64,6 +64,8 @@ with DAG("azureml_deployment_case", schedule=None, start_date=START, default_arg
 INVOKE_ARGS = {
     key: CASE[key] for key in ("retries", "deferrable", "job_identity", "max_queue_time") if key in CASE
 }
+if "fallback_compute" in CASE:  # refused by the invoke operator: a deployment's compute is fixed
+    INVOKE_ARGS["fallback_compute"] = CASE["fallback_compute"]
 if "execution_timeout" in CASE:
     INVOKE_ARGS["execution_timeout"] = timedelta(seconds=CASE["execution_timeout"])
 
@@ -82,7 +84,8 @@ with DAG("azureml_invoke_case", schedule=None, start_date=START, default_args=DE
         mini_batch_size=CASE.get("mini_batch_size"),
         max_resubmits=CASE.get("max_resubmits", 3),
         resubmit_backoff=CASE.get("resubmit_backoff", 0.05),
-        fallback_compute=CASE.get("fallback_compute"),
+        fallback_deployment=CASE.get("fallback_deployment"),
         fallback_after=CASE.get("fallback_after"),
+        loop_after=CASE.get("loop_after", 2),
         polling={"interval": 0.05, "max_interval": 0.2, **CASE.get("polling", {})},
     )

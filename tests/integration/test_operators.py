@@ -127,7 +127,10 @@ def test_deployment_operator_is_idempotent(emulator: Emulator, run_case) -> None
         ("azureml_invoke_case", {"endpoint_name": "x"}, "Invalid batch endpoint name"),
         ("azureml_invoke_case", {"inputs": {"d": "/local/folder"}}, "is not a data URI"),
         ("azureml_invoke_case", {"inputs": {}}, "non-empty mapping"),
-        ("azureml_invoke_case", {"fallback_compute": "dedicated-pool"}, "fallback_after"),
+        ("azureml_invoke_case", {"fallback_compute": "dedicated-pool"}, "Give fallback_deployment"),
+        ("azureml_invoke_case", {"fallback_after": 1}, "fallback_after needs a fallback: fallback_deployment"),
+        ("azureml_invoke_case", {"fallback_deployment": "classifier-xgboost"}, "must differ from deployment_name"),
+        ("azureml_invoke_case", {"fallback_deployment": "x", "fallback_after": 0}, "fallback_after must be >= 1"),
         ("azureml_invoke_case", {"inputs": {"d": "input/{{ ds_nodash }}/"}}, "'input/20261101/' is not a data URI"),
         (
             "azureml_compute_cases",
@@ -248,15 +251,6 @@ def test_preemptions_beyond_budget_raise_preempted_error(workspace: Emulator, ru
     assert failures[0]["type"] == "AzureMLJobPreemptedError"
     assert "max_resubmits=1" in failures[0]["message"]
     assert len(workspace.jobs()) == 2
-
-
-def test_fallback_to_dedicated_compute(workspace: Emulator, run_case) -> None:
-    with when_sampled(workspace, preempt("canceled")):
-        run, failures = run_case("azureml_invoke_case", {"fallback_compute": "dedicated-pool", "fallback_after": 1})
-    assert str(run.state) == "success", failures
-    jobs = workspace.jobs()
-    assert [j.compute for j in jobs] == ["low-pri-cluster", "dedicated-pool"]
-    assert jobs[1].status == "Completed"
 
 
 def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -> None:

@@ -1,0 +1,126 @@
+"""The fallback deployment takes over, in ``dag.test()`` with the real SDK, for each rule that moves the
+work off spot: ``fallback_after`` preemptions, the queue time, and the expected cost. Each case checks that
+no unit of work has two live jobs and that every input row is scored exactly once, by the job that ran last.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.emulator.scoring.data import write_heart_csvs
+from tests.conftest import load_dag, task_states, xcom_value
+from tests.helpers import preempt
+from tests.integration.test_emulator_sdk import input_ids, prediction_ids, setup_workspace
+from tests.integration.test_exactly_once import when_sampled
+from tests.integration.test_operators import INPUT
+
+REPO = Path(__file__).resolve().parents[2]
+LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
+FALLBACK = "classifier-xgboost-dedicated"
+
+
+@pytest.fixture
+def workspace(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path) -> Emulator:
+    """The spot deployment (the endpoint's default) and its fallback on a dedicated cluster, from the DAG's YAML."""
+    from azure.ai.ml import load_compute
+    from azure.ai.ml.entities._load_functions import load_model_batch_deployment
+
+    from airflow_azureml.hooks import AzureMLHook
+
+    ml = setup_workspace(AzureMLHook())
+    ml.compute.begin_create_or_update(load_compute(source=str(REPO / "dags/azureml/dedicated-pool.yml"))).result()
+    fallback = load_model_batch_deployment(source=str(REPO / "dags/azureml/deployment-dedicated.yml"))
+    ml.batch_deployments.begin_create_or_update(fallback).result()
+    write_heart_csvs(emulator.datastore_path(INPUT), files=20, rows_per_file=5)
+    return emulator
+
+
+@pytest.fixture
+def run_case(workspace: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Run ``azureml_invoke_case`` (tests/dags/azureml_operator_cases.py) with ``dag.test()``; returns the
+    run and the failures its callback recorded."""
+    failures = tmp_path / "failures.jsonl"
+    monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
+
+    def run(dag_id: str, case: dict[str, Any]) -> tuple[Any, list[dict[str, str]]]:
+        monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps(case))
+        failures.unlink(missing_ok=True)
+        dag_run = load_dag("azureml_operator_cases.py", dag_id).test(logical_date=LOGICAL)
+        recorded = [json.loads(line) for line in failures.read_text().splitlines()] if failures.exists() else []
+        return dag_run, recorded
+
+    return run
+
+
+def deployments_of(emulator: Emulator) -> list[tuple[str, str, str]]:
+    """(job, deployment, compute) of every job, oldest first, as the emulator ran them."""
+    return emulator.call(
+        lambda: [
+            (j.name, j.deployment, j.compute) for j in sorted(emulator.workspace.jobs.values(), key=lambda j: j.created)
+        ]
+    )
+
+
+def assert_scored_once(emulator: Emulator, job_name: str) -> None:
+    scored = prediction_ids(emulator, job_name)
+    assert sorted(scored) == sorted(input_ids(emulator.datastore_path(INPUT)))
+    assert len(scored) == len(set(scored)) == 100
+
+
+def assert_one_live_job(emulator: Emulator) -> None:
+    live = emulator.call(
+        lambda: [
+            j.name for j in emulator.workspace.jobs.values() if j.status not in ("Completed", "Failed", "Canceled")
+        ]
+    )
+    assert live == []
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_fallback_after_preemptions(workspace: Emulator, run_case, deferrable: bool) -> None:
+    with when_sampled(workspace, preempt("canceled")) as preempted:
+        run, failures = run_case(
+            "azureml_invoke_case", {"fallback_deployment": FALLBACK, "fallback_after": 1, "deferrable": deferrable}
+        )
+    assert str(run.state) == "success", (task_states(run), failures)
+    jobs = deployments_of(workspace)
+    assert len(preempted) == 1
+    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    result = xcom_value(run, "invoke")
+    assert result["job_name"] == jobs[1][0] and result["preemptions"] == 1
+    assert_scored_once(workspace, result["job_name"])
+    assert_one_live_job(workspace)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_no_spot_capacity_moves_to_the_fallback_instead_of_failing(
+    workspace: Emulator, run_case, deferrable: bool
+) -> None:
+    workspace.call(lambda: workspace.workspace.set_capacity("low-pri-cluster", 0))  # no spot capacity at all
+    run, failures = run_case(
+        "azureml_invoke_case",
+        {"fallback_deployment": FALLBACK, "max_queue_time": 1.0, "deferrable": deferrable, "retries": 0},
+    )
+    assert str(run.state) == "success", (task_states(run), failures)
+    jobs = deployments_of(workspace)
+    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    statuses = workspace.call(lambda: {j.name: j.status for j in workspace.workspace.jobs.values()})
+    assert statuses[jobs[0][0]] == "Canceled" and statuses[jobs[1][0]] == "Completed"
+    result = xcom_value(run, "invoke")
+    assert result["job_name"] == jobs[1][0] and result["preemptions"] == 0
+    assert_scored_once(workspace, result["job_name"])
+    assert_one_live_job(workspace)
+
+
+def test_no_spot_capacity_without_a_fallback_still_fails(workspace: Emulator, run_case) -> None:
+    workspace.call(lambda: workspace.workspace.set_capacity("low-pri-cluster", 0))
+    run, failures = run_case("azureml_invoke_case", {"max_queue_time": 1.0, "retries": 0})
+    assert str(run.state) == "failed"
+    assert [f["type"] for f in failures] == ["AzureMLJobQueueTimeoutError"]
+    assert len(workspace.jobs()) == 1
