@@ -90,6 +90,7 @@ class WorkspacePoller:
         self._client: AsyncRestClient | None = None
         self._closing = False
         self.stats = PollerStats()
+        self._last_page: dict[str, int] = {}  # the LIST page (1-based) each waited job was last found on
 
     @classmethod
     def for_connection(cls, conn_id: str) -> WorkspacePoller:
@@ -208,10 +209,27 @@ class WorkspacePoller:
         dues = [w.due for w in self._live()]
         return max(0.0, min(dues) - time.monotonic()) if dues else 0.0
 
+    def _page_cap(self, names: set[str], page_size: int) -> int:
+        """``ceil(waits / page size) + 1`` pages, or further while that is cheaper than the GETs it saves.
+
+        As waits end, the jobs still waited for stay spread over the pages their finished neighbours
+        fill. A page past the base cap is worth reading when the waited jobs last seen beyond the cap
+        outnumber the extra pages (each would cost a GET); jobs never found (older than the history)
+        never stretch it.
+        """
+        base = math.ceil(len(names) / page_size) + 1
+        beyond = sorted(page for name in names if (page := self._last_page.get(name, 0)) > base)
+        cap = base
+        for count, page in enumerate(beyond, start=1):
+            if count >= page + 1 - base:  # one page of drift: newer jobs push older ones down
+                cap = page + 1
+        return cap
+
     async def _list(self, client: AsyncRestClient, names: set[str]) -> dict[str, dict[str, Any]]:
-        """The provider's jobs from at most ``ceil(waits / page size) + 1`` pages; the rest are read by GET."""
+        """The provider's jobs from at most ``_page_cap`` pages; the rest are read by GET."""
         found: dict[str, dict[str, Any]] = {}
         pages, page_size = 0, LIST_PAGE_SIZE
+        seen_on: dict[str, int] = {}
         try:
             async for page in client.list_job_pages(LIST_QUERY):
                 pages += 1
@@ -220,16 +238,19 @@ class WorkspacePoller:
                         continue
                     if item.get("name") in names:
                         found[item["name"]] = item
+                        seen_on[item["name"]] = pages
                 # Never fewer jobs per page than ARM's usual page: empty or short pages with a
                 # nextLink cannot stretch the cap; a service with smaller pages costs GETs instead.
                 page_size = max(page_size, len(page))
-                if len(found) == len(names) or pages >= math.ceil(len(names) / page_size) + 1:
+                if len(found) == len(names) or pages >= self._page_cap(names, page_size):
                     break
         except TokenUnavailable:
             raise  # connection-wide: the whole tick is transient
         except AzureMLError as exc:  # a LIST this identity may not run, or a bad page: fall back to GETs
             log.warning("Listing jobs on %s failed (%s); reading the waited jobs one by one", self.conn_id, exc)
         finally:
+            # Jobs not reached keep their old page: a LIST that stopped early says nothing new about them.
+            self._last_page = {n: seen_on.get(n, self._last_page.get(n, 0)) for n in names}
             self.stats.list_pages += pages
             self.stats.list_ticks += 1
             self.stats.max_pages_per_tick = max(self.stats.max_pages_per_tick, pages)
