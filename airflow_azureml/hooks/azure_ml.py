@@ -52,13 +52,6 @@ if TYPE_CHECKING:
 ONE_SHOT_RETRIES = PollingPolicy(interval=2.0, max_interval=30.0, max_transient_errors=5)
 
 
-def _compute_arm_id(settings: AzureMLConnectionSettings, name: str) -> str:
-    short = name[len("azureml:") :] if name.startswith("azureml:") else name
-    if short.startswith("/subscriptions/"):
-        return f"azureml:{short}"
-    return f"azureml:{settings.workspace_path}/computes/{short.rsplit('/', 1)[-1]}"
-
-
 def _forget_inherited_custom_cloud() -> None:
     """Drop an ``AZUREML_CURRENT_CLOUD`` that names a cloud registered by another process.
 
@@ -328,7 +321,6 @@ class AzureMLHook(BaseHook):
         mini_batch_size: int | None = None,
         instance_count: int | None = None,
         output_file_name: str | None = None,
-        compute: str | None = None,
         properties: dict[str, str] | None = None,
     ) -> str:
         """Submit a batch job under a caller-chosen name. A name that already exists is not an error:
@@ -350,8 +342,6 @@ class AzureMLHook(BaseHook):
             params_override.append({"output_file_name": output_file_name})
         if instance_count is not None:
             params_override.append({"compute.instance_count": int(instance_count)})
-        if compute is not None:
-            params_override.append({"compute.target": _compute_arm_id(self.settings, compute)})
         if properties:  # the SDK sends experimentName in the same dict: merge rather than override it
             merged = {**properties, **({"experimentName": experiment_name} if experiment_name else {})}
             params_override.append({"properties": merged})
