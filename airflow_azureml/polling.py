@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_azureml.cost import UsageRecorder, counts_from_rest
 from airflow_azureml.exceptions import AzureMLConfigError
 from airflow_azureml.outcomes import GaugeEvidence, JobSnapshot
 
@@ -89,12 +90,18 @@ class JobWatch:
     last_compute: str | None = None
     gauge: GaugeEvidence = field(default_factory=GaugeEvidence)
     _gauge_taken: float | None = None  # when the last reading this wait used was taken
+    terminal: bool = False  # the last poll saw the job ended
+    # node counts of the job's compute, sampled while the job is not terminal (nodes are billed while
+    # queued and preparing too), from the same shared reads as the gauge: the cost estimate (cost.py)
+    usage: UsageRecorder = field(default_factory=UsageRecorder)
 
     def observe(self, snapshot: JobSnapshot, now: float | None = None) -> float | None:
         """Record a poll. Returns the delay before the next one, or None if the job is terminal."""
         now = time.monotonic() if now is None else now
         self._count(snapshot.status)
         self.last_compute = snapshot.compute
+        self.terminal = snapshot.terminal
+        self.usage.status(_wall(now), snapshot.name, snapshot.status, snapshot.compute)
         if snapshot.status == GAUGE_STATE:
             self.running_since = self.running_since if self.running_since is not None else now
         else:
@@ -138,6 +145,21 @@ class JobWatch:
         self._gauge_taken = reading.taken
         self.gauge = self.gauge.observe(reading.compute, reading.low_priority, reading.preempted, reading.nodes)
 
+    def wants_usage(self) -> bool:
+        """The job's compute is known: a reading now (or once more at its end) counts its nodes."""
+        return self.last_compute is not None
+
+    def offer_usage(self, reading: GaugeReading | None) -> None:
+        """Use a (possibly shared) compute reading for the node-seconds; the gauge evidence is separate."""
+        if reading is None or reading.counts is None or reading.at is None:
+            return
+        self.usage.sample(
+            reading.at, reading.compute, reading.counts, reading.vm_size, reading.location, reading.low_priority
+        )
+
+    def usage_dict(self) -> dict[str, Any]:
+        return self.usage.to_dict()
+
     def queue_time_exceeded(self, now: float | None = None) -> bool:
         if self.policy.max_queue_time is None or self.queued_since is None:
             return False
@@ -165,6 +187,12 @@ class GaugeReading:
     preempted: int | None
     taken: float  # time.monotonic() of the read
     nodes: int | None = None  # currentNodeCount (preempted nodes included): a whole-cluster preemption covers it
+    # for the cost estimate (cost.py), not the gauge (so not compared): nodeStateCounts in cost.STATES order,
+    # the wall-clock time of the read, the compute's size and region (prices)
+    counts: tuple[int, ...] | None = field(default=None, compare=False)
+    at: float | None = field(default=None, compare=False)
+    vm_size: str | None = field(default=None, compare=False)
+    location: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_rest(cls, compute: str, arm_compute: dict[str, Any] | None, taken: float) -> GaugeReading | None:
@@ -177,7 +205,23 @@ class GaugeReading:
         low = str(inner.get("vmPriority", "")).lower() == "lowpriority"
         current = inner.get("currentNodeCount")
         nodes = current if isinstance(current, int) and not isinstance(current, bool) else None
-        return cls(compute, low, preempted, taken, nodes)
+        size = inner.get("vmSize")
+        return cls(
+            compute,
+            low,
+            preempted,
+            taken,
+            nodes,
+            counts=counts_from_rest(inner),
+            at=_wall(taken),
+            vm_size=str(size) if size else None,
+            location=str(arm_compute.get("location") or "") or None,
+        )
+
+
+def _wall(monotonic: float) -> float:
+    """Wall-clock time of a ``time.monotonic()`` instant (usage from several processes is merged)."""
+    return time.time() - (time.monotonic() - monotonic)
 
 
 class SharedComputeReads:

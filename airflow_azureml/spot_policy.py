@@ -57,6 +57,7 @@ _COUNTS = (
     "completed_jobs",
     "completed_hours",
 )
+MAX_RUNNING_HOURS = 48.0  # a job "running" longer than this was lost track of (a worker died): its entry is dropped
 DEFAULT_HALF_LIFE_HOURS = 168.0  # a week: spot capacity changes with region and demand (000), old evidence fades
 
 
@@ -91,9 +92,11 @@ class SpotHistory:
     """What was observed on one spot cluster, across tasks: persist one per compute (``to_dict``).
 
     Counts are decayed (exponentially, ``half_life_hours``) to the time of the last update, so old
-    evidence fades back to the prior. Update it when a job on the cluster ends:
-    ``record_preemption`` when it was preempted (whole cluster, job ended), ``record_completion``
-    when it completed (on spot, or on the fallback: then only the work it took is learnt).
+    evidence fades back to the prior. Update it when a spot job gets its nodes (``record_start``:
+    a job still running has survived so far, and leaving its exposure out would overstate the rate
+    right after any preemption), and when a job on the cluster ends: ``record_preemption`` when it
+    was preempted (whole cluster, job ended), ``record_completion`` when it completed (on spot, or on
+    the fallback: then only the work it took is learnt).
     """
 
     preemptions: float = 0.0  # whole-cluster preemptions that ended a job
@@ -105,6 +108,7 @@ class SpotHistory:
     completed_hours: float = 0.0  # their run hours, from allocation to the end (start-up included)
     updated_at: float | None = None  # epoch seconds of the last update (the caller's clock)
     half_life_hours: float = DEFAULT_HALF_LIFE_HOURS
+    running: dict[str, float] = field(default_factory=dict)  # spot jobs holding nodes: name -> epoch seconds
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -115,6 +119,10 @@ class SpotHistory:
             raise ValueError(f"SpotHistory.updated_at must be epoch seconds, got {self.updated_at!r}")
         if not _finite(self.half_life_hours) or self.half_life_hours <= 0:
             raise ValueError(f"SpotHistory.half_life_hours must be > 0, got {self.half_life_hours!r}")
+        if not isinstance(self.running, dict) or not all(
+            isinstance(k, str) and _finite(v) for k, v in self.running.items()
+        ):
+            raise ValueError("SpotHistory.running maps job names to epoch seconds")
 
     # ------------------------------------------------------------ updates
     def decayed(self, now: float | None) -> SpotHistory:
@@ -138,18 +146,31 @@ class SpotHistory:
             updated_at=now,
         )
 
+    def record_start(self, job: str, now: float) -> SpotHistory:
+        """The spot job ``job`` got its nodes at ``now``: its exposure counts from now until it ends."""
+        base = self.decayed(now)
+        return replace(base, running={**base._live(now), job: now}, updated_at=now)
+
     def record_preemption(
-        self, *, exposure_hours: float, now: float, evictions: float = 0, node_hours: float = 0
+        self,
+        *,
+        exposure_hours: float,
+        now: float,
+        evictions: float = 0,
+        node_hours: float = 0,
+        job: str | None = None,
     ) -> SpotHistory:
         """A spot job ended by a whole-cluster preemption after holding nodes ``exposure_hours``.
 
         ``evictions``/``node_hours``: single-node evictions the job had seen before, and its spot
-        node-hours (0 when unknown: the estimate then keeps the prior's eviction rate).
+        node-hours (0 when unknown: the estimate then keeps the prior's eviction rate). ``job``: its
+        name, as given to ``record_start``.
         """
         _check_hours(exposure_hours=exposure_hours, evictions=evictions, node_hours=node_hours)
         base = self.decayed(now)
         return replace(
             base,
+            running=base._live(now, without=job),
             preemptions=base.preemptions + 1,
             exposure_hours=base.exposure_hours + exposure_hours,
             evictions=base.evictions + evictions,
@@ -158,7 +179,14 @@ class SpotHistory:
         )
 
     def record_completion(
-        self, *, run_hours: float, now: float, on_spot: bool = True, evictions: float = 0, node_hours: float = 0
+        self,
+        *,
+        run_hours: float,
+        now: float,
+        on_spot: bool = True,
+        evictions: float = 0,
+        node_hours: float = 0,
+        job: str | None = None,
     ) -> SpotHistory:
         """A job completed after ``run_hours`` from allocation to its end.
 
@@ -169,6 +197,7 @@ class SpotHistory:
         base = self.decayed(now)
         return replace(
             base,
+            running=base._live(now, without=job),
             exposure_hours=base.exposure_hours + (run_hours if on_spot else 0.0),
             evictions=base.evictions + (evictions if on_spot else 0.0),
             node_hours=base.node_hours + (node_hours if on_spot else 0.0),
@@ -178,15 +207,26 @@ class SpotHistory:
             updated_at=now,
         )
 
-    # ---------------------------------------------------------- estimates
-    def preemption_rate(self, prior: Prior) -> float:
-        """Whole-cluster preemptions per hour a job holds nodes: (prior + observed) / (prior + exposure)."""
-        return (prior.preemptions + self.preemptions) / (prior.exposure_hours + self.exposure_hours)
+    def _live(self, now: float, without: str | None = None) -> dict[str, float]:
+        """The running jobs, less ``without`` and those lost track of."""
+        oldest = now - MAX_RUNNING_HOURS * 3600
+        return {k: v for k, v in self.running.items() if k != without and v >= oldest}
 
-    def preemption_rate_quantile(self, prior: Prior, q: float) -> float:
+    # ---------------------------------------------------------- estimates
+    def exposure(self, now: float | None = None) -> float:
+        """Hours of spot exposure: the ended jobs', plus the running jobs' so far (when ``now`` is given)."""
+        if now is None:
+            return self.exposure_hours
+        return self.exposure_hours + sum(max(0.0, now - v) / 3600 for v in self._live(now).values())
+
+    def preemption_rate(self, prior: Prior, now: float | None = None) -> float:
+        """Whole-cluster preemptions per hour a job holds nodes: (prior + observed) / (prior + exposure)."""
+        return (prior.preemptions + self.preemptions) / (prior.exposure_hours + self.exposure(now))
+
+    def preemption_rate_quantile(self, prior: Prior, q: float, now: float | None = None) -> float:
         """The ``q`` quantile of the rate's Gamma posterior (Wilson-Hilferty; 0 when it is that unsure)."""
         shape = prior.preemptions + self.preemptions
-        rate = prior.exposure_hours + self.exposure_hours
+        rate = prior.exposure_hours + self.exposure(now)
         z = _normal_quantile(q)
         cube = 1 - 1 / (9 * shape) + z * math.sqrt(1 / (9 * shape))
         return max(cube, 0.0) ** 3 * shape / rate
@@ -226,7 +266,13 @@ class SpotHistory:
         if version != HISTORY_VERSION:
             raise ValueError(f"spot history version {version!r} is not {HISTORY_VERSION}")
         values: dict[str, Any] = {}
+        running = data.get("running") or {}
+        if not isinstance(running, dict) or not all(isinstance(k, str) and _finite(v) for k, v in running.items()):
+            raise ValueError("spot history field 'running' must map job names to epoch seconds")
+        values["running"] = {k: float(v) for k, v in running.items()}
         for f in fields(cls):
+            if f.name == "running":
+                continue
             value = data.get(f.name)
             if value is None:
                 continue  # absent (an older writer): the default
@@ -262,7 +308,7 @@ class PolicyInputs:
     unit_exposure_hours: float = 0.0
     startup_hours: float = 5 / 60  # a node's start-up (preparing), billed: minutes on AmlCompute
     release_hours: float = 2 / 60  # how long an evicted node stays billed as preempted (unknown; 000)
-    lost_hours: float = 1 / 60  # work one single-node eviction loses: its in-flight mini-batch (no checkpoint)
+    lost_hours: float = 0.5 / 60  # work one single-node eviction loses: half a mini-batch on average (no checkpoint)
     now: float | None = None
     prior: Prior = field(default_factory=Prior)
 
@@ -321,24 +367,27 @@ def expected_spot_cost(
 ) -> float:
     """Expected cost of finishing one job on spot, resubmitting after each whole-cluster preemption.
 
-    An attempt runs ``L = s + T * (1 + lambda * (r + s + l))`` hours: start-up ``s``, the work ``T``,
-    slowed by single-node evictions (``lambda`` per node-hour), each of which leaves its slot
-    evicted-and-billed for ``r``, then a replacement starting up (``s``), and loses its in-flight
-    mini-batch (``l``). Whole-cluster preemptions come at ``mu`` an hour; each one ends the attempt,
-    bills every node for ``r`` more, and the resubmitted job starts again from nothing. With
-    exponential times the expected billed node-hours until an attempt completes are
-    ``n * (e^(mu L) - 1) * (1/mu + r)`` (``n * L`` when ``mu`` is 0), every one at the spot price.
+    An attempt takes the start-up ``s`` and the work ``T`` (``L0 = s + T``), plus ``D = (r + s + l) / n``
+    for each single-node eviction: ``N`` of them, Poisson with mean ``lambda * n * T`` (``lambda`` per
+    node-hour); each leaves its slot evicted-and-billed for ``r``, then a replacement starting up
+    (``s``), and loses its in-flight mini-batch (``l``, half a mini-batch on average), while the other
+    nodes go on. Whole-cluster preemptions come at ``mu`` an hour; each one ends the attempt, bills
+    every node for ``r`` more, and the resubmitted job starts again from nothing. An attempt completes
+    with odds ``p = E[e^(-mu L)] = exp(-mu L0 + lambda n T (e^(-mu D) - 1))``, so ``1/p - 1`` attempts
+    are preempted before one completes, and the expected billed node-hours are
+    ``n * (1/p - 1) * (1/mu + r)`` (``n * (L0 + lambda T (r + s + l))`` when ``mu`` is 0), every one at
+    the spot price.
     """
-    attempt = startup_hours + work_hours * (1.0 + eviction_rate * (release_hours + startup_hours + lost_hours))
-    x = preemption_rate * attempt
-    if x > 700:  # e^700 overflows: spot never finishes at that rate
-        return math.inf
+    base = startup_hours + work_hours
+    per_eviction = (release_hours + startup_hours + lost_hours) / nodes
+    evictions = eviction_rate * nodes * work_hours
     if preemption_rate <= 0:
-        hours = attempt
-    else:
-        failures = math.expm1(x)  # expected preempted attempts before one completes
-        hours = failures / preemption_rate + failures * release_hours
-    return price * nodes * hours
+        return price * nodes * (base + evictions * per_eviction)
+    log_odds = preemption_rate * base - evictions * math.expm1(-preemption_rate * per_eviction)  # -ln p
+    if log_odds > 700:  # e^700 overflows: spot never finishes at that rate
+        return math.inf
+    failures = math.expm1(log_odds)  # expected preempted attempts before one completes
+    return price * nodes * (failures / preemption_rate + failures * release_hours)
 
 
 def expected_fallback_cost(*, price: float, nodes: int, work_hours: float, startup_hours: float) -> float:
@@ -354,13 +403,13 @@ def decide(inputs: PolicyInputs) -> Decision:
     """
     history = inputs.history.decayed(inputs.now)
     prior = inputs.prior
-    mean = history.preemption_rate(prior)
+    mean = history.preemption_rate(prior, inputs.now)
     first = inputs.preemptions == 0
     # Before a unit's first job, thin evidence must not keep it off spot for good (a unit on the
     # fallback adds no spot evidence): the rate is then a quantile of the posterior (its median by
     # default, below the mean while evidence is thin; the two meet as it grows). After a preemption,
     # the mean.
-    mu = history.preemption_rate_quantile(prior, prior.first_quantile) if first else mean
+    mu = history.preemption_rate_quantile(prior, prior.first_quantile, inputs.now) if first else mean
     lam = history.eviction_rate(prior)
     work, work_source = _work_hours(inputs, history)
     shown: dict[str, Any] = {
@@ -380,7 +429,8 @@ def decide(inputs: PolicyInputs) -> Decision:
         "rate_used": f"quantile {prior.first_quantile:g}" if first else "mean",
         "eviction_rate_per_node_hour": lam,
         "observed_preemptions": history.preemptions,
-        "observed_exposure_hours": history.exposure_hours,
+        "observed_exposure_hours": history.exposure(inputs.now),
+        "running_spot_jobs": len(history.running),
         "observed_evictions": history.evictions,
         "observed_node_hours": history.node_hours,
         "observed_spot_completions": history.spot_completions,
@@ -456,7 +506,7 @@ def _work_hours(inputs: PolicyInputs, history: SpotHistory) -> tuple[float | Non
     # No job has completed here yet, but some were preempted: a job that completes with odds p under
     # preemptions at mu an hour runs -ln(p) / mu hours (exponential times), and at least as long as
     # this unit's longest preempted attempt.
-    mu = history.preemption_rate(inputs.prior)
+    mu = history.preemption_rate(inputs.prior, inputs.now)
     attempt = max(-math.log(history.survival(inputs.prior)) / mu, inputs.unit_exposure_hours)
     return max(attempt - inputs.startup_hours, 0.0), "survival"
 

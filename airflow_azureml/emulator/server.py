@@ -297,6 +297,7 @@ class Emulator:
             "ca_bundle": self.ca_cert,
             "aml_resource_id": self.ml_audience,
             "emulator": True,  # ours, not Azure's: tells the provider's Studio link to use the emulator's job page
+            "prices_endpoint": self.base_url,  # the emulator's Retail Prices API (docs/cost.md), not prices.azure.com
         }
         uri = (
             f"azure-ml://{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}@"

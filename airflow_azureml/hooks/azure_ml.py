@@ -33,6 +33,7 @@ from airflow_azureml.hooks.connection import (  # noqa: F401
 from airflow_azureml.outcomes import ComputeFacts, GaugeEvidence, JobSnapshot
 from airflow_azureml.polling import (
     COMPUTE_READS,
+    GAUGE_STATE,
     GaugeReading,
     JobWatch,
     PollingPolicy,
@@ -240,12 +241,16 @@ class AzureMLHook(BaseHook):
         name: str,
         policy: PollingPolicy,
         on_status: Callable[[JobSnapshot], None] | None = None,
-    ) -> tuple[JobSnapshot, GaugeEvidence]:
+        *,
+        with_usage: bool = False,
+    ) -> tuple[JobSnapshot, GaugeEvidence] | tuple[JobSnapshot, GaugeEvidence, dict[str, Any]]:
         """Poll until the job is terminal (sync path; the trigger runs the same ``JobWatch`` on asyncio).
 
-        While the job is Running, its compute's ``preemptedNodeCount`` gauge is sampled through reads
-        shared by every wait in this process (at most one per compute per ``policy.interval``); the
-        samples come back as ``GaugeEvidence`` for ``outcomes.classify``.
+        While the job is not terminal, its compute is read through reads shared by every wait in this
+        process (at most one per compute per ``policy.interval``), and once more when it is seen ended.
+        Returns ``(snapshot, GaugeEvidence)``: the ``preemptedNodeCount`` samples taken while the job was
+        Running, for ``outcomes.classify``; with ``with_usage``, ``(snapshot, evidence, usage)``, where
+        ``usage`` is the node counts' change points for ``cost.estimate`` (a JSON-ready dict).
         """
         from airflow_azureml.hooks.rest import TransientRestError
 
@@ -265,7 +270,9 @@ class AzureMLHook(BaseHook):
                 on_status(snapshot)
             delay = watch.observe(snapshot)
             if delay is None:
-                return snapshot, watch.gauge
+                if watch.wants_usage() and snapshot.compute:  # once more at the end: the nodes' last state
+                    watch.offer_usage(self._gauge_reading(snapshot.compute, policy.interval))
+                return (snapshot, watch.gauge, watch.usage_dict()) if with_usage else (snapshot, watch.gauge)
             if watch.queue_time_exceeded():
                 raise AzureMLJobQueueTimeoutError(
                     f"Job {name} stayed {snapshot.status} for more than {policy.max_queue_time}s "
@@ -273,12 +280,28 @@ class AzureMLHook(BaseHook):
                     job_name=name,
                     status=snapshot.status,
                 )
-            if watch.wants_gauge() and snapshot.compute:
-                watch.offer_gauge(self._gauge_reading(snapshot.compute, policy.interval))
+            if snapshot.compute:  # queued and preparing too: nodes are billed from their start-up
+                reading = self._gauge_reading(snapshot.compute, policy.interval)
+                watch.offer_gauge(reading)  # evidence only from readings taken while the job was Running
+                watch.offer_usage(reading)
             time.sleep(delay)
 
+    def usage_sample(self, snapshot: JobSnapshot, max_age: float) -> dict[str, Any]:
+        """One reading of the job's compute as usage (``cost``): the look a deferring task takes before
+        the triggerer's first poll, which may come seconds later while the job's nodes start and bill.
+
+        Not while the job is Running: that shared reading would be served to the triggerer's first poll,
+        which cannot take it as preemption evidence (it predates that wait's sight of Running), and the
+        evidence would wait an interval more.
+        """
+        watch = JobWatch(ONE_SHOT_RETRIES)
+        watch.observe(snapshot)
+        if snapshot.compute and snapshot.status != GAUGE_STATE:
+            watch.offer_usage(self._gauge_reading(snapshot.compute, max_age))
+        return watch.usage_dict()
+
     def _gauge_reading(self, compute: str, max_age: float) -> GaugeReading | None:
-        """The compute's gauge, read at most once per ``max_age`` by all waits of this process."""
+        """The compute's gauge and node counts, read at most once per ``max_age`` by all waits of this process."""
         from airflow_azureml.hooks.rest import TransientRestError
 
         client = self.rest()
@@ -291,6 +314,40 @@ class AzureMLHook(BaseHook):
         except (TransientRestError, AzureMLError) as exc:  # a missed sample is missing evidence, not an error
             self.log.info("Could not read compute %s for its preemption gauge: %s", compute, exc)
             return None
+
+    # ------------------------------------------------------------------ prices
+    def price_quote(
+        self, vm_size: str, location: str | None, manual: dict[str, dict[str, float]] | None = None
+    ) -> dict[str, Any] | None:
+        """Hourly USD rates of one node of ``vm_size`` in ``location``: ``{"dedicated", "spot", "source"}``.
+
+        Prices set by hand come first (``manual``: an operator's ``prices``, checked; then the connection's
+        ``prices`` extra), else the Retail Prices API at the connection's ``prices_endpoint`` (default
+        https://prices.azure.com), cached a day (``hooks.prices``). None: unknown (the API could not be read).
+        """
+        from airflow_azureml.hooks.prices import DEFAULT_ENDPOINT, RetailPrices, manual_hourly
+
+        for source, table in (("operator prices", manual), ("connection prices", self.settings.manual_prices)):
+            rates = manual_hourly(table or {}, vm_size)
+            if rates is not None:
+                return {**rates, "source": source}
+        endpoint = self.settings.prices_endpoint
+        home = os.environ.get("AIRFLOW_HOME")
+        cache_dir = self.settings.prices_cache_dir or (os.path.join(home, "cache") if home else None)
+        api = RetailPrices(
+            endpoint or DEFAULT_ENDPOINT,
+            verify=self.settings.connection_verify if endpoint else True,  # a private CA is for a private endpoint
+            cache_dir=cache_dir,
+        )
+        rates = api.hourly(vm_size, location)
+        return None if rates is None else {**rates, "source": f"Retail Prices API ({api.endpoint})"}
+
+    def hourly_prices(
+        self, vm_size: str, location: str | None, manual: dict[str, dict[str, float]] | None = None
+    ) -> tuple[float | None, float | None] | None:
+        """``(dedicated, spot)`` USD per node-hour for a compute's size and region, or None when unknown."""
+        quote = self.price_quote(vm_size, location, manual)
+        return None if quote is None else (quote.get("dedicated"), quote.get("spot"))
 
     def _with_transient_retries(self, call: Callable[[], Any]) -> Any:
         """One-shot reads and cancels, retried on 429/5xx/dropped connections by the shared policy."""

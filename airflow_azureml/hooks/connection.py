@@ -68,6 +68,11 @@ class AzureMLConnectionSettings:
     authority_url: str
     ca_bundle: str | None
     studio_url: str
+    # prices for the cost report (docs/cost.md): the Retail Prices API's endpoint (None: Azure's public one),
+    # prices set by hand (checked: hooks.prices.check_manual_prices), and where the day's prices are cached
+    prices_endpoint: str | None = None
+    manual_prices: dict[str, dict[str, float]] | None = None
+    prices_cache_dir: str | None = None
 
     @property
     def workspace_path(self) -> str:
@@ -134,6 +139,14 @@ def parse_connection(conn: Any) -> AzureMLConnectionSettings:
         )
     if secret:
         mask(secret)
+    from airflow_azureml.hooks.prices import check_manual_prices
+
+    prices_endpoint = get("prices_endpoint")
+    if prices_endpoint and not prices_endpoint.startswith(("https://", "http://")):
+        raise AzureMLConfigError(f"Connection {conn.conn_id!r}: prices_endpoint must be an http(s):// URL.")
+    manual = check_manual_prices(
+        extra.get("prices") or extra.get("extra__azure_ml__prices"), f"Connection {conn.conn_id!r}"
+    )
     return AzureMLConnectionSettings(
         subscription_id=get("subscription_id") or "",
         resource_group=get("resource_group") or "",
@@ -148,6 +161,9 @@ def parse_connection(conn: Any) -> AzureMLConnectionSettings:
         authority_url=authority.rstrip("/"),
         ca_bundle=ca_bundle,
         studio_url=(get("studio_url") or defaults.get("studio") or f"{arm.rstrip('/')}/_emulator").rstrip("/"),
+        prices_endpoint=prices_endpoint.rstrip("/") if prices_endpoint else None,
+        manual_prices=manual or None,
+        prices_cache_dir=get("prices_cache_dir"),
     )
 
 

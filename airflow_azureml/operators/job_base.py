@@ -30,6 +30,7 @@ MAX_BACKOFF = 600.0
 # Renaming it breaks in-flight retries.
 STATE_KEY = "azureml_job"
 VERDICT_XCOM_KEY = "azureml_verdict"
+COST_XCOM_KEY = "azureml_cost"  # the chain's bill (cost.estimate); cost.run_bill combines a run's
 
 
 @dataclass
@@ -59,6 +60,7 @@ class ResubmissionState:
     deferred_on: str | None = None  # the job a try deferred on and has not come back from
     max_tries: int | None = None
     cleared: bool = False
+    usage: dict[str, Any] = field(default_factory=dict)  # the chain's node counts, every wait's (cost.py)
 
     @property
     def current(self) -> str | None:
@@ -82,6 +84,7 @@ class ResubmissionState:
             "fallback_rule": self.fallback_rule,
             "deferred_on": self.deferred_on,
             "max_tries": self.max_tries,
+            "usage": self.usage,
         }
 
 
@@ -145,9 +148,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         experiment_name: str | None = None,
         max_queue_time: float | str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        prices: dict[str, dict[str, float]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.prices = prices  # hourly USD by VM size and tier, set by hand (docs/cost.md); else the prices API
+        self._manual_prices: dict[str, dict[str, float]] = {}
         self.max_queue_time = max_queue_time
         self.max_resubmits = max_resubmits
         self.resubmit_backoff = resubmit_backoff
@@ -185,6 +191,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             self.polling = replace(self.polling, max_queue_time=seconds)
         if self.max_resubmits < 0:
             raise AzureMLConfigError("max_resubmits must be >= 0.")
+        from airflow_azureml.hooks.prices import check_manual_prices
+
+        self._manual_prices = check_manual_prices(self.prices, f"Task {self.task_id!r}: prices")
         if self.loop_after < 0:
             raise AzureMLConfigError("loop_after must be >= 0 (preemptions resubmitted at once before backing off).")
         if self.resubmit_backoff < 0:
@@ -206,7 +215,58 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             "resubmits": state.resubmits,
             "preemptions": state.preemptions,
             "verdict": verdict.to_dict(),
+            "cost": self._report_cost(self._context, state),
         }
+
+    # ------------------------------------------------------------------- cost
+    def _add_usage(self, context: Any, state: ResubmissionState, usage: Any) -> None:
+        """Add one wait's node counts to the chain's, and keep them (a retry goes on from them)."""
+        from airflow_azureml import cost
+
+        if not usage:
+            return
+        state.usage = cost.merge(state.usage, usage)
+        self._remember(context, state)
+
+    def _report_cost(self, context: Any, state: ResubmissionState) -> dict[str, Any] | None:
+        """The chain's estimated bill: to the task log (one block), XCom ``azureml_cost`` and Airflow metrics.
+
+        Never fails the task: a price that cannot be read leaves the cost unknown (docs/cost.md).
+        """
+        from airflow_azureml import cost
+
+        try:
+            prices: dict[str, Any] = {}
+            for name, info in (state.usage.get("computes") or {}).items():
+                if info.get("vm_size"):
+                    prices[name] = self.hook.price_quote(info["vm_size"], info.get("location"), self._manual_prices)
+            report = cost.estimate(state.usage, prices, lost_jobs=state.counted, preemptions=state.preemptions)
+        except Exception as exc:  # the bill is a report: it never turns a finished job into a failed task
+            from airflow_azureml.redaction import scrub
+
+            self.log.warning("Could not estimate the cost of job chain %s: %s", state.job_names, scrub(str(exc)))
+            return None
+        ti = context.get("ti") if context is not None else None
+        map_index = getattr(ti, "map_index", -1)
+        report.update(
+            dag_id=self.dag_id,
+            task_id=self.task_id,
+            map_index=map_index if isinstance(map_index, int) else -1,
+            job_names=list(state.job_names),
+            observed=cost.observed(state.usage),
+            usage=state.usage,
+        )
+        self.log.info("%s", cost.format_bill(report, title=f"Azure ML cost of {self.task_id}"))
+        if ti is not None and hasattr(ti, "xcom_push"):
+            ti.xcom_push(key=COST_XCOM_KEY, value=report)
+        try:
+            from airflow.sdk.observability.stats import Stats
+
+            for kind, metric, value, tags in cost.metrics(report):
+                getattr(Stats, kind)(metric, value, tags=tags)
+        except Exception as exc:  # metrics are best effort
+            self.log.info("Could not send the cost metrics: %s", type(exc).__name__)
+        return {k: v for k, v in report.items() if k not in ("usage", "observed")}
 
     # --------------------------------------------------------------- identity
     def _unit_key(self) -> str:
@@ -227,6 +287,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state = self._start(context)
         state.deferred_on = None  # back from the trigger
         self._discover(state, newest=False)  # the event carries the newest job's snapshot
+        self._add_usage(context, state, event.get("usage"))
         if event["status"] == "queue_timeout":
             self._queued_too_long(context, state, event["job_name"], event["message"])
             # moved to the fallback: wait for the cancelled job to end, then the next job goes there
@@ -280,6 +341,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         name = state.current or ""
         if self.deferrable:
             snapshot = self.hook.job_snapshot(name)  # check before deferring
+            if snapshot is not None:  # the compute's nodes now: the triggerer's first read may be seconds away
+                self._add_usage(context, state, self.hook.usage_sample(snapshot, self.polling.interval))
             if snapshot is not None and snapshot.terminal:
                 return snapshot, None
             state.deferred_on = name  # a clear while deferred: Airflow's trigger on_kill cancels this job
@@ -293,7 +356,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             )
         while True:
             try:  # the wait samples the compute's preemption gauge while the job runs: the evidence
-                return self.hook.wait_for_job_evidence(name, self.polling, self._log_status)
+                snapshot, gauge, usage = self.hook.wait_for_job_evidence(
+                    name, self.polling, self._log_status, with_usage=True
+                )
+                self._add_usage(context, state, usage)
+                return snapshot, gauge
             except AzureMLJobQueueTimeoutError as exc:
                 self._queued_too_long(context, state, name, str(exc))  # returns once moved to the fallback
 
@@ -432,6 +499,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.reported_cancels = list(recalled.get("reported_cancels") or [])
         state.before_clear = list(recalled.get("before_clear") or [])
         state.deferred_on = recalled.get("deferred_on")
+        state.usage = dict(recalled.get("usage") or {})  # a retry or a clear keeps what the chain has cost
         previous = recalled.get("max_tries")
         state.cleared = previous is not None and max_tries is not None and previous != max_tries
         if state.cleared:

@@ -56,6 +56,7 @@ class _Wait:
     future: asyncio.Future[dict[str, Any]]
     wait_for_creation: bool = False
     due: float = 0.0
+    ended: JobSnapshot | None = None  # seen terminal this tick: resolved after the compute is read once more
 
 
 @dataclass
@@ -157,7 +158,10 @@ class WorkspacePoller:
                     self.stats.waits_served += len(due)
                     changed, retry_delay = self._deliver(due, results)
                     quiet_ticks = 0 if changed else quiet_ticks + 1
-                    await self._sample_gauges(due)
+                    try:
+                        await self._sample_gauges(due)
+                    finally:
+                        self._resolve_ended(due)
                 if list_mode and self._live():
                     # One LIST serves every wait, so back off as a whole: slower while nothing changes.
                     policy = min((w.watch.policy for w in waits), key=lambda p: p.interval)
@@ -308,7 +312,7 @@ class WorkspacePoller:
             delay = wait.watch.observe(result, now)
             changed = changed or wait.watch.unchanged_polls == 0
             if delay is None:
-                self._resolve(wait, self._payload(wait, "terminal", result))
+                wait.ended = result  # resolved once its compute is read once more (_resolve_ended)
             elif wait.watch.queue_time_exceeded(now):
                 message = (
                     f"job {wait.job_name} stayed {result.status} for more than {wait.watch.policy.max_queue_time}s"
@@ -319,10 +323,12 @@ class WorkspacePoller:
         return changed, retry_delay
 
     async def _sample_gauges(self, due: list[_Wait]) -> None:
-        """Read each Running job's compute at most once per poll interval, shared by every wait on it."""
+        """Read the compute of each job not yet ended (and once more of each job seen ended this tick) at
+        most once per poll interval, shared by every wait on it: the preemption gauge while the job runs,
+        the node counts for the cost estimate while it waits, prepares or runs."""
         by_compute: dict[str, list[_Wait]] = {}
         for wait in due:
-            if not wait.future.done() and wait.watch.wants_gauge():
+            if not wait.future.done() and wait.watch.wants_usage():
                 compute = wait.watch.last_compute
                 if compute:
                     by_compute.setdefault(compute, []).append(wait)
@@ -344,7 +350,13 @@ class WorkspacePoller:
                 finally:
                     COMPUTE_READS.store(key, reading, taken)
             for wait in waits:
-                wait.watch.offer_gauge(reading)
+                wait.watch.offer_gauge(reading)  # evidence only from readings taken while the job was Running
+                wait.watch.offer_usage(reading)
+
+    def _resolve_ended(self, due: list[_Wait]) -> None:
+        for wait in due:
+            if wait.ended is not None and not wait.future.done():
+                self._resolve(wait, self._payload(wait, "terminal", wait.ended))
 
     def _payload(self, wait: _Wait, status: str, snapshot: JobSnapshot, message: str | None = None) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -352,6 +364,7 @@ class WorkspacePoller:
             "job_name": wait.job_name,
             "job": snapshot.to_dict(),
             "gauge_evidence": wait.watch.gauge.to_dict(),
+            "usage": wait.watch.usage_dict(),  # node counts' change points (cost.py), JSON
         }
         if message is not None:
             payload["message"] = message

@@ -164,15 +164,11 @@ def preempt_after_a_gauge_sample(form: str = "canceled") -> Any:
     (the preemption is then seen as a rise of ``preemptedNodeCount`` while the job was Running)."""
 
     def action(emulator: Emulator, job_name: str) -> object:
+        from tests.integration.test_exactly_once import gauge_read_while_running
+
         job = emulator.job(job_name)
-        started = job.started.timestamp() if job is not None and job.started else 0.0
-        for _ in range(1000):
-            reads = [
-                r
-                for r in emulator.requests()
-                if r["method"] == "GET" and r["path"].endswith("/computes/low-pri-cluster") and r["t"] > started
-            ]
-            if reads:
+        for _ in range(1000):  # a compute read after a poll saw the job Running (not one of a Queued poll)
+            if job is not None and job.started and gauge_read_while_running(emulator, job):
                 break
             time.sleep(0.01)
         emulator.set_behaviour(**PREEMPTION_WINDOW)  # the job ends a while after: the wait sees the gauge up

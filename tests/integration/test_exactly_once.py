@@ -121,6 +121,20 @@ def compute_reads_since(emulator: Emulator, since: float) -> int:
     )
 
 
+def gauge_read_while_running(emulator: Emulator, job: Any) -> bool:
+    """The wait read the cluster after one of its polls saw the job Running: a compute read after a read of
+    the job (its GET, or a LIST) that arrived once the job had started. A compute read alone is not enough:
+    the waits also read the compute while the job is queued (its nodes are billed then), and a poll that
+    saw the job Queued just before it started takes no gauge evidence from its read."""
+    started = job.started.timestamp()
+    seen = [
+        r["t"]
+        for r in emulator.requests()
+        if r["method"] == "GET" and r["path"].endswith((f"/jobs/{job.name}", "/jobs")) and r["t"] > started
+    ]  # the job's GET, or the triggerer's LIST of jobs
+    return bool(seen) and compute_reads_since(emulator, seen[0]) >= 1
+
+
 def when_sampled(
     emulator: Emulator,
     action: Callable[[Emulator, str], object],
@@ -132,11 +146,13 @@ def when_sampled(
     """Run ``action(emulator, job)`` once a new job on the cluster is Running and (``sampled``) the wait has
     read the cluster's gauge since (the evidence a preemption needs), ``times`` times."""
 
-    def gauge_read(emu: Emulator, job: Any) -> bool:
-        return compute_reads_since(emu, job.started.timestamp()) >= 1
-
     return when_running(
-        emulator, action, times=times, cluster=CLUSTER, timeout=timeout, ready=gauge_read if sampled else None
+        emulator,
+        action,
+        times=times,
+        cluster=CLUSTER,
+        timeout=timeout,
+        ready=gauge_read_while_running if sampled else None,
     )
 
 

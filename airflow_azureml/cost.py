@@ -1,0 +1,402 @@
+"""Cost accounting: node-seconds from the compute's node counts, priced, per task and per DAG run.
+
+The one place for it. The waits (sync and triggerer) sample each compute's ``nodeStateCounts`` through
+the shared compute reads (``polling.COMPUTE_READS``); ``UsageRecorder`` keeps only the change points.
+The usage travels as plain JSON (trigger event, ``task_state_store``, XCom); this module merges it
+across jobs and tasks without counting the same cluster time twice, integrates it into node-seconds by
+state and tier, prices it, and formats the bill. Billing rules: docs/billing.md (every allocated node
+in every state, evicted ones and replacement start-up included, continuous); definitions: docs/cost.md.
+Pure: no I/O, no Airflow, no SDK.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Node states as ``nodeStateCounts`` names them (``<state>NodeCount``); every one is billed (billing.md rule 11).
+STATES = ("preparing", "running", "idle", "leaving", "preempted", "unusable")
+TIERS = ("dedicated", "low_priority")
+#: A gap between two waits of one job chain on the same compute (deciding, resubmitting) shorter than this
+#: is bridged with the last reading: the chain's nodes are still billed then (preempted nodes wait to be
+#: deallocated). A longer gap (a worker crash and a retry delay) is not counted: nothing was observed.
+BRIDGE_MAX = 120.0
+USAGE_VERSION = 1
+
+
+def counts_from_rest(inner: Mapping[str, Any] | None) -> tuple[int, ...] | None:
+    """Node counts by state (``STATES`` order) from an AmlCompute's inner properties; None when not sent."""
+    counts = (inner or {}).get("nodeStateCounts")
+    if not isinstance(counts, Mapping):
+        return None
+    out = []
+    for state in STATES:
+        value = counts.get(f"{state}NodeCount", 0)
+        out.append(value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0)
+    return tuple(out)
+
+
+@dataclass
+class UsageRecorder:
+    """One wait's view of its job's compute: node-count change points and the job's status changes.
+
+    Times are wall-clock seconds (``time.time()``), so waits in different processes (worker, triggerer)
+    merge. ``end``: the last moment this wait looked (the last poll, or the read once more at the end).
+    """
+
+    job: str | None = None
+    compute: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # vm_size, location, tier of the compute
+    points: list[list[Any]] = field(default_factory=list)  # [t, preparing, running, idle, leaving, preempted, unusable]
+    statuses: list[list[Any]] = field(default_factory=list)  # [t, status] at each change
+    end: float | None = None
+
+    def status(self, at: float, job: str | None, status: str | None, compute: str | None) -> None:
+        self.job = job or self.job
+        if compute and self.compute is None:
+            self.compute = compute
+        if status is not None and (not self.statuses or self.statuses[-1][1] != status):
+            self.statuses.append([round(at, 3), status])
+        self._extend(at)
+
+    def sample(
+        self, at: float, compute: str, counts: tuple[int, ...], vm_size: str | None, location: str | None, low: bool
+    ) -> None:
+        if self.compute not in (None, compute):
+            return  # another compute than the job's (the job moved): not this span's
+        self.compute = compute
+        self.info = {"vm_size": vm_size, "location": location, "tier": "low_priority" if low else "dedicated"}
+        if self.points and at < self.points[-1][0]:
+            return  # an older shared reading than one already used
+        if not self.points or list(self.points[-1][1:]) != list(counts):
+            self.points.append([round(at, 3), *counts])
+        self._extend(at)
+
+    def _extend(self, at: float) -> None:
+        if self.points:
+            self.end = round(max(self.end or at, at), 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wait's usage, JSON-serialisable (``merge`` and ``estimate`` read it)."""
+        if not self.points or self.compute is None:
+            return empty_usage()
+        span = {"job": self.job, "compute": self.compute, "points": self.points, "end": self.end}
+        span["statuses"] = self.statuses
+        return {"v": USAGE_VERSION, "computes": {self.compute: dict(self.info)}, "spans": [span]}
+
+
+def empty_usage() -> dict[str, Any]:
+    return {"v": USAGE_VERSION, "computes": {}, "spans": []}
+
+
+def _valid(usage: Any) -> dict[str, Any]:
+    if not isinstance(usage, Mapping) or not isinstance(usage.get("spans"), list):
+        return empty_usage()
+    return {"v": USAGE_VERSION, "computes": dict(usage.get("computes") or {}), "spans": list(usage["spans"])}
+
+
+def merge(chain: Any, wait: Any, *, bridge: bool = True) -> dict[str, Any]:
+    """Add one wait's usage to a job chain's. ``bridge``: a short gap since the chain's last span on the
+    same compute is held at that span's last reading (``BRIDGE_MAX``); spans themselves never add up twice
+    (``integrate`` takes the union of their time)."""
+    out, new = _valid(chain), _valid(wait)
+    out["computes"].update(new["computes"])
+    spans = [dict(s) for s in out["spans"]]
+    for span in new["spans"]:
+        if not span.get("points"):
+            continue
+        start = span["points"][0][0]
+        if bridge:
+            before = [s for s in spans if s.get("compute") == span.get("compute") and s.get("end") is not None]
+            if before:
+                last = max(before, key=lambda s: (s["end"], s["points"][0][0]))  # the latest span
+                if 0 <= start - last["end"] <= BRIDGE_MAX:
+                    last["end"] = start
+        if not any(s.get("job") == span.get("job") and s.get("points") == span.get("points") for s in spans):
+            spans.append(dict(span))  # the same wait delivered twice (a retried event) is kept once
+    out["spans"] = spans
+    return out
+
+
+def combine(usages: Iterable[Any]) -> dict[str, Any]:
+    """Usage of several tasks (a DAG run): spans side by side, no bridging between tasks."""
+    out = empty_usage()
+    for usage in usages:
+        out = merge(out, usage, bridge=False)
+    return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def integrate(
+    usage: Any, *, jobs: set[str] | None = None, exclude: set[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """Node-seconds by state per compute, over the union of the spans' times (``jobs``/``exclude``: which
+    spans' times count). The value between two readings is the earlier one (the counts held until the
+    next read); readings of one compute from any span are readings of the same cluster."""
+    usage = _valid(usage)
+    out: dict[str, dict[str, float]] = {}
+    by_compute: dict[str, list[dict[str, Any]]] = {}
+    for span in usage["spans"]:
+        if span.get("points") and span.get("end") is not None:
+            by_compute.setdefault(span["compute"], []).append(span)
+    for compute, spans in by_compute.items():
+        points = sorted((p for s in spans for p in s["points"]), key=lambda p: p[0])
+        times = [p[0] for p in points]
+        chosen = [
+            s
+            for s in spans
+            if (jobs is None or s.get("job") in jobs) and (exclude is None or s.get("job") not in exclude)
+        ]
+        seconds = dict.fromkeys(STATES, 0.0)
+        for start, end in _union([(s["points"][0][0], s["end"]) for s in chosen]):
+            index = max(0, bisect.bisect_right(times, start) - 1)
+            t = start
+            while t < end:
+                nxt = times[index + 1] if index + 1 < len(times) else math.inf
+                stop = min(end, max(nxt, t))
+                for state, value in zip(STATES, points[index][1:], strict=False):
+                    seconds[state] += value * (stop - t)
+                t = stop
+                index += 1
+                if index >= len(points):
+                    break
+        out[compute] = seconds
+    return out
+
+
+# --------------------------------------------------------------- the estimate
+def estimate(
+    usage: Any,
+    prices: Mapping[str, Mapping[str, Any] | None],
+    *,
+    lost_jobs: Iterable[str] = (),
+    preemptions: int = 0,
+) -> dict[str, Any]:
+    """The bill of a job chain (or a run): node-hours by tier, evicted node-hours, cost, the all-dedicated
+    equivalent and the savings. ``prices``: per compute ``{"dedicated": USD/h, "spot": USD/h, "source"}``
+    or None (unknown); ``lost_jobs``: the attempts lost to preemption (not part of the dedicated
+    equivalent). Definitions: docs/cost.md."""
+    usage = _valid(usage)
+    lost = set(lost_jobs)
+    total = integrate(usage)
+    useful = integrate(usage, exclude=lost)
+    computes: dict[str, Any] = {}
+    hours_by_tier = dict.fromkeys(TIERS, 0.0)
+    cost: float | None = 0.0
+    equivalent_hours = 0.0
+    equivalent_cost: float | None = 0.0
+    unknown: list[str] = []
+    for name, seconds in sorted(total.items()):
+        info = usage["computes"].get(name) or {}
+        tier = info.get("tier") if info.get("tier") in TIERS else "dedicated"
+        price = prices.get(name) or {}
+        rate = price.get("spot" if tier == "low_priority" else "dedicated")
+        dedicated_rate = price.get("dedicated")
+        node_seconds = sum(seconds.values())
+        # the work's node time without the lost attempts and without evicted nodes waiting to go
+        kept = useful.get(name, {})
+        eq_seconds = sum(v for s, v in kept.items() if s != "preempted")
+        entry_cost = None if rate is None else node_seconds * rate / 3600.0
+        computes[name] = {
+            "vm_size": info.get("vm_size"),
+            "location": info.get("location"),
+            "tier": tier,
+            "node_seconds": {s: round(v, 3) for s, v in seconds.items()},
+            "node_hours": node_seconds / 3600.0,
+            "hourly_price": rate,
+            "dedicated_hourly_price": dedicated_rate,
+            "price_source": price.get("source"),
+            "cost": entry_cost,
+        }
+        hours_by_tier[tier] += node_seconds / 3600.0
+        equivalent_hours += eq_seconds / 3600.0
+        if node_seconds > 0 and entry_cost is None:
+            unknown.append(name)
+        cost = None if cost is None or (entry_cost is None and node_seconds > 0) else cost + (entry_cost or 0.0)
+        if equivalent_cost is not None:
+            if dedicated_rate is None and eq_seconds > 0:
+                equivalent_cost = None
+            else:
+                equivalent_cost += eq_seconds * (dedicated_rate or 0.0) / 3600.0
+    evicted = sum(s.get("preempted", 0.0) for s in total.values()) / 3600.0
+    lost_seconds = sum(sum(v for st, v in s.items() if st != "preempted") for s in total.values()) - sum(
+        sum(v for st, v in s.items() if st != "preempted") for s in useful.values()
+    )
+    savings = None if cost is None or equivalent_cost is None else equivalent_cost - cost
+    pct = None if savings is None or not equivalent_cost else 100.0 * savings / equivalent_cost
+    return {
+        "currency": "USD",
+        "computes": computes,
+        "node_hours": hours_by_tier,
+        "node_hours_total": sum(hours_by_tier.values()),
+        "preemptions": int(preemptions),
+        "lost_jobs": sorted(lost),
+        "evicted_node_hours": evicted,
+        "lost_node_hours": max(0.0, lost_seconds) / 3600.0,
+        "cost": cost,
+        "dedicated_equivalent": {"node_hours": equivalent_hours, "cost": equivalent_cost},
+        "savings": savings,
+        "savings_pct": pct,
+        "cost_unknown": (f"no price for {', '.join(unknown)}" if unknown else None),
+    }
+
+
+# ----------------------------------------------------- observations for policies
+def spot_exposure_hours(usage: Any) -> float:
+    """Hours the chain's jobs were seen Running on low-priority computes (first Running poll to the next
+    status change, or the end of the wait)."""
+    usage = _valid(usage)
+    seconds = 0.0
+    for span in usage["spans"]:
+        if (usage["computes"].get(span.get("compute")) or {}).get("tier") != "low_priority":
+            continue
+        statuses = span.get("statuses") or []
+        for (at, status), nxt in zip(statuses, [*statuses[1:], [span.get("end"), None]], strict=True):
+            if status == "Running" and nxt[0] is not None:
+                seconds += max(0.0, nxt[0] - at)
+    return seconds / 3600.0
+
+
+def startup_seconds(usage: Any) -> dict[str, float | None]:
+    """Per attempt (job): seconds from the first reading with a node preparing to the first with none
+    preparing and some running or idle. None: not observed (the job ended first, or no reading)."""
+    out: dict[str, float | None] = {}
+    for span in _valid(usage)["spans"]:
+        job = span.get("job") or ""
+        began = None
+        for t, preparing, running, idle, *_ in span.get("points") or []:
+            if began is None and preparing > 0:
+                began = t
+            elif began is not None and preparing == 0 and running + idle > 0:
+                out[job] = t - began
+                break
+        out.setdefault(job, None)
+    return out
+
+
+def evictions(usage: Any) -> dict[str, int]:
+    """Per compute: the rises of the preempted node count between consecutive readings (a lower bound of
+    the nodes evicted: an eviction deallocated between two reads is not seen)."""
+    usage = _valid(usage)
+    out: dict[str, int] = {}
+    by_compute: dict[str, list[list[Any]]] = {}
+    for span in usage["spans"]:
+        by_compute.setdefault(span.get("compute") or "", []).extend(span.get("points") or [])
+    for compute, points in by_compute.items():
+        points = sorted(points, key=lambda p: p[0])
+        index = 1 + STATES.index("preempted")
+        out[compute] = sum(max(0, b[index] - a[index]) for a, b in itertools.pairwise(points))
+    return out
+
+
+def observed(usage: Any) -> dict[str, Any]:
+    """What the spot policy may use from a chain's usage: exposure, evictions, start-up per attempt."""
+    return {
+        "spot_exposure_hours": spot_exposure_hours(usage),
+        "evictions": evictions(usage),
+        "startup_seconds": startup_seconds(usage),
+    }
+
+
+# ------------------------------------------------------------ per DAG run
+def run_bill(task_costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The DAG run's bill from its tasks' ``azureml_cost`` XCom values (``None`` entries are skipped).
+
+    The tasks' usage is combined per compute over the union of their times, so two tasks waiting on one
+    cluster at once are not billed twice; each compute is priced as its tasks' reports priced it.
+    """
+    reports = [dict(c) for c in task_costs if isinstance(c, Mapping)]
+    usage = combine(r.get("usage") for r in reports)
+    prices: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        for name, entry in (report.get("computes") or {}).items():
+            if entry.get("hourly_price") is None and entry.get("dedicated_hourly_price") is None:
+                continue
+            spot = entry.get("hourly_price") if entry.get("tier") == "low_priority" else None
+            prices.setdefault(name, {"dedicated": entry.get("dedicated_hourly_price"), "spot": spot})
+            prices[name]["source"] = entry.get("price_source")
+            if spot is not None:
+                prices[name]["spot"] = spot
+    lost = {j for r in reports for j in r.get("lost_jobs") or []}
+    bill = estimate(usage, prices, lost_jobs=lost, preemptions=sum(int(r.get("preemptions") or 0) for r in reports))
+    keys = ("task_id", "map_index", "cost", "savings", "savings_pct", "preemptions")
+    bill["tasks"] = [{k: r.get(k) for k in keys} for r in reports]
+    return bill
+
+
+#: The metric names (docs/cost.md). Gauges unless said; tags: dag_id, task_id, and compute and tier where named.
+METRICS = {
+    "azureml.spot.node_hours": "node-hours of one compute (tags compute, tier)",
+    "azureml.spot.evicted_node_hours": "node-hours of evicted nodes until deallocated (tags compute, tier)",
+    "azureml.spot.cost": "estimated cost in USD of one compute (tags compute, tier)",
+    "azureml.spot.preemptions": "counter: preemptions of the task's job chain",
+    "azureml.spot.dedicated_equivalent_cost": "USD the work would have cost on dedicated nodes",
+    "azureml.spot.savings": "USD saved against all-dedicated (negative: spot cost more)",
+    "azureml.spot.savings_pct": "savings as a percentage of the all-dedicated cost",
+}
+
+
+def metrics(report: Mapping[str, Any]) -> list[tuple[str, str, float, dict[str, str]]]:
+    """``(Stats method, name, value, tags)`` for a task's report; unknown values are left out."""
+    base = {"dag_id": str(report.get("dag_id") or ""), "task_id": str(report.get("task_id") or "")}
+    out: list[tuple[str, str, float, dict[str, str]]] = []
+    for name, entry in sorted((report.get("computes") or {}).items()):
+        tags = {**base, "compute": name, "tier": str(entry.get("tier"))}
+        seconds = entry.get("node_seconds") or {}
+        out.append(("gauge", "azureml.spot.node_hours", float(entry.get("node_hours") or 0.0), tags))
+        out.append(("gauge", "azureml.spot.evicted_node_hours", float(seconds.get("preempted", 0.0)) / 3600.0, tags))
+        if entry.get("cost") is not None:
+            out.append(("gauge", "azureml.spot.cost", float(entry["cost"]), tags))
+    out.append(("incr", "azureml.spot.preemptions", int(report.get("preemptions") or 0), base))
+    equivalent = (report.get("dedicated_equivalent") or {}).get("cost")
+    for name, value in (
+        ("azureml.spot.dedicated_equivalent_cost", equivalent),
+        ("azureml.spot.savings", report.get("savings")),
+        ("azureml.spot.savings_pct", report.get("savings_pct")),
+    ):
+        if value is not None:
+            out.append(("gauge", name, float(value), base))
+    return out
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.4f}"
+
+
+def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
+    """One readable block (task log, the run's report)."""
+    hours = bill.get("node_hours") or {}
+    eq = bill.get("dedicated_equivalent") or {}
+    lines = [
+        f"{title} (estimate, {bill.get('currency', 'USD')}; docs/cost.md)",
+        f"  node-hours         spot {hours.get('low_priority', 0.0):.4f}, dedicated {hours.get('dedicated', 0.0):.4f}",
+        f"  preemptions        {bill.get('preemptions', 0)}; evicted node-hours "
+        f"{bill.get('evicted_node_hours', 0.0):.4f}, lost to preempted attempts {bill.get('lost_node_hours', 0.0):.4f}",
+        f"  estimated cost     {_money(bill.get('cost'))}",
+        f"  all-dedicated      {_money(eq.get('cost'))} ({eq.get('node_hours', 0.0):.4f} node-hours at pay-as-you-go)",
+    ]
+    pct = bill.get("savings_pct")
+    lines.append(f"  savings            {_money(bill.get('savings'))}" + ("" if pct is None else f" ({pct:.1f} %)"))
+    for name, entry in sorted((bill.get("computes") or {}).items()):
+        rate = entry.get("hourly_price")
+        lines.append(
+            f"  {name}: {entry.get('tier')} {entry.get('vm_size')} in {entry.get('location')}, "
+            f"{entry.get('node_hours', 0.0):.4f} node-hours at {'unknown' if rate is None else f'${rate}/h'}"
+            f" ({entry.get('price_source') or 'no price'})"
+        )
+    if bill.get("cost_unknown"):
+        lines.append(f"  cost unknown: {bill['cost_unknown']}")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""cost.py: usage change points, merging without double counting, node-seconds, prices, the bill."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_azureml import cost
+from airflow_azureml.outcomes import JobSnapshot
+from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy
+
+PRICES = {"spot-c": {"dedicated": 0.3, "spot": 0.06, "source": "manual"}}
+
+
+def counts(preparing: int = 0, running: int = 0, idle: int = 0, leaving: int = 0, preempted: int = 0) -> dict:
+    return {
+        "preparingNodeCount": preparing,
+        "runningNodeCount": running,
+        "idleNodeCount": idle,
+        "leavingNodeCount": leaving,
+        "preemptedNodeCount": preempted,
+        "unusableNodeCount": 0,
+    }
+
+
+def arm(low: bool = True, size: str = "STANDARD_DS3_V2", **state: int) -> dict:
+    inner = {"vmPriority": "LowPriority" if low else "Dedicated", "vmSize": size, "nodeStateCounts": counts(**state)}
+    inner["currentNodeCount"] = sum(state.values())
+    return {"location": "eastus", "properties": {"properties": inner}}
+
+
+def span(job: str, points: list[list], end: float, compute: str = "spot-c", statuses: list | None = None) -> dict:
+    return {"job": job, "compute": compute, "points": points, "end": end, "statuses": statuses or []}
+
+
+def usage(*spans: dict, tier: str = "low_priority") -> dict:
+    computes = {s["compute"]: {"vm_size": "STANDARD_DS3_V2", "location": "eastus", "tier": tier} for s in spans}
+    return {"v": 1, "computes": computes, "spans": list(spans)}
+
+
+def test_counts_from_rest_in_state_order_and_missing_as_none() -> None:
+    assert cost.counts_from_rest({"nodeStateCounts": counts(preparing=1, running=2, preempted=3)}) == (1, 2, 0, 0, 3, 0)
+    assert cost.counts_from_rest({}) is None
+    assert cost.counts_from_rest({"nodeStateCounts": {"runningNodeCount": True, "idleNodeCount": -1}}) == (0,) * 6
+
+
+def test_watch_keeps_change_points_only_and_reads_while_queued_too() -> None:
+    watch = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
+    watch.observe(JobSnapshot(name="j", status="Queued", compute="spot-c"))
+    assert watch.wants_usage() and not watch.wants_gauge()
+    for taken, state in ((0.0, {"preparing": 2}), (1.0, {"preparing": 2}), (2.0, {"running": 2})):
+        reading = GaugeReading.from_rest("spot-c", arm(**state), taken)
+        watch.offer_usage(reading)
+        watch.offer_gauge(reading)  # not Running: the gauge evidence takes none of it
+    assert watch.gauge.samples == 0
+    data = watch.usage_dict()
+    json.dumps(data)  # JSON all through
+    (only,) = data["spans"]
+    assert [p[1:] for p in only["points"]] == [[2, 0, 0, 0, 0, 0], [0, 2, 0, 0, 0, 0]]  # no repeat of an equal read
+    assert data["computes"]["spot-c"] == {"vm_size": "STANDARD_DS3_V2", "location": "eastus", "tier": "low_priority"}
+    assert only["job"] == "j" and only["statuses"][0][1] == "Queued"
+
+
+def test_integration_holds_each_reading_until_the_next() -> None:
+    one = usage(span("j", [[0, 2, 0, 0, 0, 0, 0], [10, 0, 2, 0, 0, 0, 0], [20, 0, 1, 0, 0, 1, 0]], end=30))
+    seconds = cost.integrate(one)["spot-c"]
+    assert seconds["preparing"] == 20 and seconds["running"] == 20 + 10 and seconds["preempted"] == 10
+
+
+def test_the_same_cluster_time_is_counted_once_across_tasks() -> None:
+    a = usage(span("a", [[0, 0, 2, 0, 0, 0, 0]], end=10))
+    b = usage(span("b", [[5, 0, 2, 0, 0, 0, 0]], end=15))  # another task on the same cluster, overlapping
+    both = cost.combine([a, b])
+    assert sum(cost.integrate(both)["spot-c"].values()) == 2 * 15  # 0..15, not 10 + 10
+    assert sum(cost.integrate(both, jobs={"a"})["spot-c"].values()) == 2 * 10
+
+
+def test_a_chain_bridges_the_short_gap_between_its_waits_not_a_long_one() -> None:
+    first = usage(span("r0", [[0, 0, 0, 0, 0, 2, 0]], end=10))
+    second = usage(span("r1", [[12, 0, 0, 0, 0, 0, 0]], end=20))
+    chain = cost.merge(cost.merge({}, first), second)
+    assert cost.integrate(chain)["spot-c"]["preempted"] == 2 * 12  # held through the resubmission
+    late = usage(span("r1", [[10 + cost.BRIDGE_MAX + 1, 0, 0, 0, 0, 0, 0]], end=400))
+    assert cost.integrate(cost.merge(first, late))["spot-c"]["preempted"] == 2 * 10  # not observed: not counted
+    assert cost.merge(chain, second) == chain  # a wait delivered twice is kept once
+
+
+def test_estimate_prices_the_tier_and_defines_the_dedicated_equivalent() -> None:
+    lost = span("r0", [[0, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0]], end=150)  # preempted after 100 s
+    kept = span("r1", [[150, 2, 0, 0, 0, 0, 0], [160, 0, 2, 0, 0, 0, 0], [3600, 0, 0, 0, 0, 0, 0]], end=3600)
+    report = cost.estimate(usage(lost, kept), PRICES, lost_jobs=["r0"], preemptions=1)
+    total_seconds = 2 * 3600
+    assert report["node_hours"]["low_priority"] == pytest.approx(total_seconds / 3600)
+    assert report["cost"] == pytest.approx(total_seconds * 0.06 / 3600)
+    assert report["evicted_node_hours"] == pytest.approx(2 * 50 / 3600)
+    assert report["lost_node_hours"] == pytest.approx(2 * 100 / 3600)
+    # the work without the lost attempt and the evicted nodes' wait: r1's 3450 s on 2 nodes, at pay-as-you-go
+    assert report["dedicated_equivalent"]["node_hours"] == pytest.approx(2 * 3450 / 3600)
+    assert report["dedicated_equivalent"]["cost"] == pytest.approx(2 * 3450 * 0.3 / 3600)
+    assert report["savings"] == pytest.approx(report["dedicated_equivalent"]["cost"] - report["cost"])
+    assert report["savings_pct"] == pytest.approx(100 * report["savings"] / report["dedicated_equivalent"]["cost"])
+    assert report["preemptions"] == 1 and report["cost_unknown"] is None
+
+
+def test_spot_can_cost_more_than_dedicated_and_says_so() -> None:
+    lost = span("r0", [[0, 0, 2, 0, 0, 0, 0]], end=3000)
+    kept = span("r1", [[3000, 0, 2, 0, 0, 0, 0]], end=3600)
+    expensive = {"spot-c": {"dedicated": 0.3, "spot": 0.29, "source": "manual"}}
+    report = cost.estimate(usage(lost, kept), expensive, lost_jobs=["r0"])
+    assert report["savings"] < 0 and report["savings_pct"] < 0
+
+
+def test_unknown_price_leaves_the_cost_unknown_not_zero() -> None:
+    report = cost.estimate(usage(span("j", [[0, 0, 1, 0, 0, 0, 0]], end=10)), {"spot-c": None})
+    assert report["cost"] is None and report["savings"] is None and "spot-c" in report["cost_unknown"]
+    assert report["node_hours_total"] == pytest.approx(10 / 3600)
+    assert "unknown" in cost.format_bill(report)
+
+
+def test_run_bill_combines_tasks_without_double_counting_and_formats() -> None:
+    first = usage(span("a", [[0, 0, 2, 0, 0, 0, 0]], end=3600))
+    second = usage(span("b", [[1800, 0, 2, 0, 0, 0, 0]], end=3600))  # the same cluster, the last half hour
+    a = {**cost.estimate(first, PRICES), "task_id": "t1", "usage": first}
+    b = {**cost.estimate(second, PRICES, preemptions=1), "task_id": "t2", "usage": second}
+    bill = cost.run_bill([a, b, None])
+    assert bill["node_hours"]["low_priority"] == pytest.approx(2.0)  # the shared half hour once
+    assert bill["cost"] == pytest.approx(2 * 0.06) and bill["preemptions"] == 1
+    assert [t["task_id"] for t in bill["tasks"]] == ["t1", "t2"]
+    text = cost.format_bill(bill, title="Run")
+    assert "Run" in text and "savings" in text and "$0.1200" in text
+    json.dumps(bill)
+
+
+def test_metrics_follow_one_naming_scheme_with_tags() -> None:
+    report = cost.estimate(usage(span("j", [[0, 0, 1, 0, 0, 0, 0]], end=3600)), PRICES, preemptions=2)
+    report.update(dag_id="d", task_id="t")
+    sent = cost.metrics(report)
+    names = {name for _, name, _, _ in sent}
+    assert names <= set(cost.METRICS) and {"azureml.spot.node_hours", "azureml.spot.cost"} <= names
+    assert all(name.startswith("azureml.spot.") for name in names)
+    node_hours = next(m for m in sent if m[1] == "azureml.spot.node_hours")
+    assert node_hours[3] == {"dag_id": "d", "task_id": "t", "compute": "spot-c", "tier": "low_priority"}
+    assert ("incr", "azureml.spot.preemptions", 2, {"dag_id": "d", "task_id": "t"}) in sent
+
+
+def test_observations_for_the_spot_policy() -> None:
+    one = usage(
+        span(
+            "r0",
+            [[0, 2, 0, 0, 0, 0, 0], [30, 0, 2, 0, 0, 0, 0], [100, 0, 1, 0, 0, 1, 0], [110, 1, 1, 0, 0, 0, 0]],
+            end=200,
+            statuses=[[0, "Queued"], [30, "Running"], [200, "Completed"]],
+        )
+    )
+    seen = cost.observed(one)
+    assert seen["startup_seconds"] == {"r0": 30}
+    assert seen["spot_exposure_hours"] == pytest.approx(170 / 3600)
+    assert seen["evictions"] == {"spot-c": 1}
+    dedicated = usage(span("d", [[0, 0, 1, 0, 0, 0, 0]], end=10, statuses=[[0, "Running"]]), tier="dedicated")
+    assert cost.spot_exposure_hours(dedicated) == 0
