@@ -95,6 +95,12 @@ class Control:
             f"{self.info['base_url']}/_emulator/behaviour", json=switches, headers=self._headers(), timeout=10
         ).raise_for_status()
 
+    def bill(self) -> dict[str, Any]:
+        """The emulator's own bill (``GET /_emulator/bill``), to hold the provider's estimate against."""
+        response = self.session.get(f"{self.info['base_url']}/_emulator/bill", headers=self._headers(), timeout=10)
+        response.raise_for_status()
+        return response.json()
+
     def preempt(self, cluster: str) -> None:
         self.session.post(
             f"{self.info['base_url']}/_emulator/clusters/{cluster}/preempt",
@@ -289,8 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         jobs = jobs_by_interval(control, logs / "emulator-jobs.json")  # this run's jobs: the emulator's records
         ok = True
         print()
+        try:  # the re-runs submit no job: the emulator's bill is the new interval's
+            emulator_bill: dict[str, Any] | None = control.bill()
+        except requests.RequestException:
+            emulator_bill = None
         for n, code, log in sorted(runs):
-            ok &= show(n, n != new, code, log, jobs.pop(interval_key(n), []), demo)
+            ok &= show(n, n != new, code, log, jobs.pop(interval_key(n), []), demo, emulator_bill)
         for key, extra in jobs.items():  # a job for no interval this run ran: a defect
             ok = False
             print(f"unexpected jobs for {key}: {[j['name'] for j in extra]}")
@@ -304,7 +314,68 @@ def main(argv: list[str] | None = None) -> int:
         emulator.wait(timeout=10)
 
 
-def show(n: int, rerun: bool, code: int, log: Path, jobs: list[dict[str, Any]], demo: Path) -> bool:
+def run_bill(demo: Path, n: int, report: dict[str, Any]) -> dict[str, Any] | None:
+    """Interval ``n``'s bill: the report task's, or ``cost.run_bill`` of the run's ``azureml_cost`` XComs
+    read from the demo's metadata DB (the same values the report task combines)."""
+    if isinstance(report.get("bill"), dict):
+        return report["bill"]
+    import contextlib
+    import sqlite3
+
+    from airflow_azureml.cost import run_bill as combine
+
+    db = demo / "airflow" / "airflow.db"
+    if not db.exists():
+        return None
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = conn.execute(
+            "SELECT id FROM dag_run WHERE dag_id = ? AND logical_date LIKE ? ORDER BY id DESC LIMIT 1",
+            (DAG_ID, f"{interval_date(n).isoformat()}%"),
+        ).fetchone()
+        if row is None:
+            return None
+        values = [
+            v
+            for (v,) in conn.execute(
+                "SELECT value FROM xcom WHERE dag_run_id = ? AND key = ?", (row[0], "azureml_cost")
+            )
+        ]
+    decoded = []
+    for value in values:
+        while isinstance(value, (str, bytes)):
+            value = json.loads(value)
+        decoded.append(value)
+    return combine(decoded) if decoded else None
+
+
+def show_bill(bill: dict[str, Any] | None, emulator_bill: dict[str, Any] | None) -> None:
+    """The run's bill (spot cost, the all-dedicated equivalent, savings), and the emulator's own beside it."""
+    from airflow_azureml.cost import format_bill
+
+    if bill is None:
+        print("  bill                     not found (no task reported a cost)")
+        return
+    for line in format_bill(bill, title="bill of this run").splitlines():
+        print(f"  {line}")
+    if emulator_bill:
+        for name, cluster in sorted((emulator_bill.get("clusters") or {}).items()):
+            if cluster.get("node_seconds_total"):
+                cost = cluster.get("cost")
+                print(
+                    f"  emulator's own bill      {name}: {cluster['node_seconds_total'] / 3600:.4f} node-hours, "
+                    f"{'unknown' if cost is None else f'${cost:,.4f}'}"
+                )
+
+
+def show(
+    n: int,
+    rerun: bool,
+    code: int,
+    log: Path,
+    jobs: list[dict[str, Any]],
+    demo: Path,
+    emulator_bill: dict[str, Any] | None = None,
+) -> bool:
     """Print interval ``n``'s figures: jobs from the emulator's records, the rest from the datastore.
 
     True when all is right: no error logged, each row scored once, every partition a finished
@@ -345,6 +416,7 @@ def show(n: int, rerun: bool, code: int, log: Path, jobs: list[dict[str, Any]], 
         output = datastore(demo) / PREFIX / "output" / report["interval"]
         print(f"  predictions              {output}/part-*/predictions.csv")
         print("                           no header; columns file,row_id,probability,prediction (docs/example.md)")
+        show_bill(run_bill(demo, n, report), emulator_bill)
     print(f"  errors logged            {len(errors)}")
     for line in errors:
         print(f"    {line[:300]}")
