@@ -8,6 +8,7 @@ run leaves nothing behind elsewhere; ``.ci/run`` checks that.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -66,6 +67,23 @@ def airflow_db() -> Path:
         env=os.environ.copy(),
     )
     return _HOME
+
+
+@pytest.fixture(autouse=True)
+def fresh_spot_histories() -> None:
+    """Each test starts with no spot history: the Variables the spot policy shares between tasks would
+    otherwise carry one test's preemptions into the next test's decisions (the DB is per session)."""
+    import sqlite3
+
+    db = _HOME / "airflow.db"
+    if not db.exists():
+        return
+    conn = sqlite3.connect(db)
+    try:
+        with conn, contextlib.suppress(sqlite3.OperationalError):  # not migrated yet: nothing to forget
+            conn.execute("DELETE FROM variable WHERE key LIKE 'azureml_spot_history%'")
+    finally:
+        conn.close()
 
 
 @pytest.fixture

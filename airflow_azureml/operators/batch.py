@@ -355,6 +355,10 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     def fallback_target(self) -> str | None:
         return self.fallback_deployment or None
 
+    def spot_target(self) -> str | None:
+        """The spot deployment: its compute is fixed, so it names the cluster its jobs run on."""
+        return f"{self.endpoint_name}/{self.deployment_name or 'default'}"
+
     def _fallback_argument(self) -> str:
         return "fallback_deployment"
 

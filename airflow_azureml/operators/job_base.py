@@ -6,6 +6,7 @@ everything else lives here, once.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -86,6 +87,26 @@ class ResubmissionState:
             "max_tries": self.max_tries,
             "usage": self.usage,
         }
+
+
+@dataclass(frozen=True)
+class SpotDecision:
+    """A ``spot_policy.Decision`` as the operator logs it."""
+
+    decision: Any
+
+    @property
+    def use_fallback(self) -> bool:
+        return bool(self.decision.use_fallback)
+
+    @property
+    def rule(self) -> str:
+        return str(self.decision.rule)
+
+    def log_inputs(self) -> dict[str, Any]:
+        d = self.decision
+        costs = {"expected_spot": d.spot_cost, "expected_fallback": d.fallback_cost} if d.spot_cost is not None else {}
+        return {"reason": d.reason, **costs, **d.inputs}
 
 
 @dataclass(frozen=True)
@@ -386,9 +407,18 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         Without one (or already on it), raises: a retry re-attaches to the still-queued job (no second
         job); on the last try the job is cancelled so that it does not start, and bill, after we stopped.
         """
-        if self.fallback_target() is not None and not state.fallback_rule:
-            inputs = {"job": job_name, "max_queue_time": self.polling.max_queue_time, "waited": message}
-            self._move_to_fallback(context, state, True, "max_queue_time", inputs)
+        from airflow_azureml import spot_policy
+
+        limit = float(self.polling.max_queue_time or 0.0)
+        decision = spot_policy.on_queue_timeout(
+            has_fallback=self.fallback_target() is not None,
+            waited_seconds=limit,  # at least: the wait ended as soon as it saw the limit passed
+            max_queue_time=limit,
+            on_fallback=bool(state.fallback_rule),
+        )
+        if decision.use_fallback:
+            inputs = {"job": job_name, "reason": decision.reason, "wait": message, **decision.inputs}
+            self._move_to_fallback(context, state, True, decision.rule, inputs)
             self._record_airflow_cancel(context, job_name)
             self.hook.cancel_job(job_name)
             return
@@ -568,6 +598,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     # -------------------------------------------------------------- decisions
     def _submit(self, context: Any, state: ResubmissionState) -> str:
+        if not state.job_names and not state.fallback_rule and self.fallback_target() is not None:
+            decision = self._spot_decision(state, None)  # before the unit's first job: the cluster's history
+            self._move_to_fallback(context, state, decision.use_fallback, decision.rule, decision.log_inputs())
         n = state.next_resubmission
         requested = self._name(state, n)
         fallback = self.fallback_target() if state.fallback_rule else None
@@ -597,7 +630,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self, context: Any, state: ResubmissionState, use_fallback: bool, rule: str, inputs: dict[str, Any]
     ) -> bool:
         """Log the policy's decision with its inputs; on a switch, persist it before anything is sent."""
-        self.log.warning(
+        self.log.log(
+            logging.WARNING if use_fallback else logging.INFO,
             "Spot policy: %s (rule %s). Inputs: %s",
             f"move to the fallback {self.fallback_target()}" if use_fallback else "stay on spot",
             rule,
@@ -637,6 +671,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._report(context, snapshot, verdict)
         outcome = verdict.outcome
         if outcome is Outcome.SUCCEEDED:
+            if watched:  # this try saw it run: what it took, and that spot let it finish
+                self._record_on_cluster(state, snapshot, preempted=False)
             result = self.result(state, snapshot, verdict)
             self.log.info("Job %s completed: %s", snapshot.name, result)
             return result
@@ -684,6 +720,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             state.preemptions += 1
             state.counted.append(snapshot.name)
             self._remember(context, state)
+            self._record_on_cluster(state, snapshot, preempted=True)
         if state.preemptions > self.max_resubmits:
             raise AzureMLJobPreemptedError(
                 f"Job {snapshot.name} was preempted ({verdict.reason}); {state.preemptions} preemption(s) in this "
@@ -731,12 +768,107 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         return min(MAX_BACKOFF, self.resubmit_backoff * (2 ** (loops - 1)))
 
     def _decide_after_preemption(self, context: Any, state: ResubmissionState, snapshot: JobSnapshot) -> bool:
-        """After each preemption: the hard limit ``fallback_after``, then the expected cost."""
-        inputs: dict[str, Any] = {"job": snapshot.name, "preemptions": state.preemptions}
-        if self.fallback_after is not None and state.preemptions >= self.fallback_after:
-            inputs["fallback_after"] = self.fallback_after
-            return self._move_to_fallback(context, state, True, "fallback_after", inputs)
-        return False
+        """After each preemption: the hard limit ``fallback_after``, then the expected cost (``spot_policy``)."""
+        decision = self._spot_decision(state, snapshot)
+        return self._move_to_fallback(context, state, decision.use_fallback, decision.rule, decision.log_inputs())
+
+    # ------------------------------------------------------------ spot policy
+    def spot_target(self) -> str | None:
+        """What names the spot cluster this operator's jobs run on: the key of its shared ``SpotHistory``."""
+        return None
+
+    def _spot_variable(self) -> str | None:
+        from airflow_azureml import spot_history_store
+
+        target = self.spot_target()
+        return spot_history_store.variable_name(self.azure_ml_conn_id, target) if target else None
+
+    def _spot_decision(self, state: ResubmissionState, snapshot: JobSnapshot | None) -> SpotDecision:
+        """``spot_policy.decide`` on this cluster's history, the hourly prices and this unit's jobs so far."""
+        from airflow_azureml import spot_history_store, spot_policy
+
+        variable = self._spot_variable()
+        history, known = spot_history_store.load(variable) if variable else (spot_policy.SpotHistory(), {})
+        info = {**known, **self._spot_compute(state)}
+        dedicated = spot = None
+        if info.get("vm_size"):
+            try:
+                rates = self.hook.hourly_prices(info["vm_size"], info.get("location"), self._manual_prices)
+            except Exception as exc:  # unknown prices turn the expected-cost rule off; they never fail the task
+                self.log.info("Could not read prices for %s: %s", info["vm_size"], type(exc).__name__)
+                rates = None
+            dedicated, spot = rates if rates else (None, None)
+        extra: dict[str, Any] = {}
+        if isinstance(info.get("startup_hours"), (int, float)) and info["startup_hours"] > 0:
+            extra["startup_hours"] = float(info["startup_hours"])
+        nodes = snapshot.instance_count if snapshot is not None and snapshot.instance_count else 1
+        inputs = spot_policy.PolicyInputs(
+            spot_price=spot,
+            dedicated_price=dedicated,
+            nodes=max(1, int(nodes)),
+            history=history,
+            preemptions=state.preemptions,
+            fallback_after=self.fallback_after,
+            has_fallback=self.fallback_target() is not None,
+            on_fallback=bool(state.fallback_rule),
+            unit_exposure_hours=max((self._held_hours(state, job) for job in state.counted), default=0.0),
+            now=time.time(),
+            **extra,
+        )
+        return SpotDecision(spot_policy.decide(inputs))
+
+    def _spot_compute(self, state: ResubmissionState) -> dict[str, Any]:
+        """What the chain's compute reads say of the spot cluster: size, region, a start-up time."""
+        from airflow_azureml import cost
+
+        usage = state.usage or {}
+        for name, info in (usage.get("computes") or {}).items():
+            if (info or {}).get("tier") == "low_priority" and info.get("vm_size"):
+                found = {"name": name, "vm_size": info["vm_size"], "location": info.get("location")}
+                startups = [v for v in cost.startup_seconds(usage).values() if v]
+                if startups:
+                    found["startup_hours"] = sorted(startups)[len(startups) // 2] / 3600.0
+                return found
+        return {}
+
+    @staticmethod
+    def _held_hours(state: ResubmissionState, job: str) -> float:
+        """Hours one job of the chain was seen Running on spot (its waits' status changes)."""
+        from airflow_azureml import cost
+
+        usage = state.usage or {}
+        spans = [s for s in usage.get("spans") or [] if s.get("job") == job]
+        return cost.spot_exposure_hours({**usage, "spans": spans}) if spans else 0.0
+
+    def _record_on_cluster(self, state: ResubmissionState, snapshot: JobSnapshot, *, preempted: bool) -> None:
+        """What this job showed of the spot cluster goes to its shared history, once per job.
+
+        Only what a wait observed counts: a job with no compute reading adds nothing. Its hours are
+        from the first compute reading of its wait (queued, nodes preparing) to the wait's end.
+        """
+        from airflow_azureml import cost, spot_history_store
+
+        variable = self._spot_variable()
+        usage = state.usage or {}
+        spans = [s for s in usage.get("spans") or [] if s.get("job") == snapshot.name and s.get("points")]
+        if not variable or not spans:
+            return
+        tiers = {((usage.get("computes") or {}).get(s.get("compute")) or {}).get("tier") for s in spans}
+        on_spot = "low_priority" in tiers
+        job_usage = {**usage, "spans": spans}
+        wall = sum(max(0.0, (s.get("end") or s["points"][-1][0]) - s["points"][0][0]) for s in spans) / 3600.0
+        hours = max(self._held_hours(state, snapshot.name), wall)
+        evicted = float(sum(cost.evictions(job_usage).values())) if on_spot else 0.0
+        node_hours = sum(sum(v.values()) for v in cost.integrate(job_usage).values()) / 3600.0 if on_spot else 0.0
+        history, known = spot_history_store.load(variable)
+        now = time.time()
+        if preempted:
+            history = history.record_preemption(exposure_hours=hours, now=now, evictions=evicted, node_hours=node_hours)
+        else:
+            history = history.record_completion(
+                run_hours=hours, now=now, on_spot=on_spot, evictions=evicted, node_hours=node_hours
+            )
+        spot_history_store.save(variable, history, {**known, **self._spot_compute(state)})
 
     def _log_status(self, snapshot: JobSnapshot) -> None:
         self.log.info("Job %s is %s.", snapshot.name, snapshot.status)

@@ -117,6 +117,11 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         """A command job's compute is chosen per job, so its fallback is a compute."""
         return self.fallback_compute or None
 
+    def spot_target(self) -> str | None:
+        from airflow_azureml.specs import short_name
+
+        return short_name(self.compute)
+
     def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
         from azure.ai.ml import Input, command
         from azure.ai.ml.entities import JobResourceConfiguration

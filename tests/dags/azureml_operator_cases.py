@@ -61,9 +61,7 @@ with DAG("azureml_deployment_case", schedule=None, start_date=START, default_arg
         task_id="create_deployment", deployment=str(CONFIG / "deployment.yml"), **CASE.get("deployment_overrides", {})
     )
 
-INVOKE_ARGS = {
-    key: CASE[key] for key in ("retries", "deferrable", "job_identity", "max_queue_time") if key in CASE
-}
+INVOKE_ARGS = {key: CASE[key] for key in ("retries", "deferrable", "job_identity", "max_queue_time") if key in CASE}
 if "fallback_compute" in CASE:  # refused by the invoke operator: a deployment's compute is fixed
     INVOKE_ARGS["fallback_compute"] = CASE["fallback_compute"]
 if "execution_timeout" in CASE:
@@ -87,5 +85,6 @@ with DAG("azureml_invoke_case", schedule=None, start_date=START, default_args=DE
         fallback_deployment=CASE.get("fallback_deployment"),
         fallback_after=CASE.get("fallback_after"),
         loop_after=CASE.get("loop_after", 2),
+        prices=CASE.get("prices"),
         polling={"interval": 0.05, "max_interval": 0.2, **CASE.get("polling", {})},
     )

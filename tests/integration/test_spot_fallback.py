@@ -124,3 +124,76 @@ def test_no_spot_capacity_without_a_fallback_still_fails(workspace: Emulator, ru
     assert str(run.state) == "failed"
     assert [f["type"] for f in failures] == ["AzureMLJobQueueTimeoutError"]
     assert len(workspace.jobs()) == 1
+
+
+def stored_state(run: Any) -> dict[str, Any]:
+    """What the invoke task keeps in ``task_state_store`` (the switch is written there before the next submit)."""
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(TaskStateStoreModel).filter_by(run_id=run.run_id, task_id="invoke", key="azureml_job").one()
+        return json.loads(row.value)
+
+
+def spot_priced_at(ratio: float) -> dict[str, dict[str, float]]:
+    """Prices set by hand (an operator argument), spot at ``ratio`` of dedicated, for the cluster's size."""
+    return {"Standard_DS3_v2": {"dedicated": 1.0, "low_priority": ratio}}
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_expected_cost_moves_to_the_fallback_when_spot_costs_nearly_dedicated(
+    workspace: Emulator, run_case, deferrable: bool
+) -> None:
+    """Spot at 95 % of dedicated, a cluster just seen preempted: finishing on spot is expected to cost more."""
+    with when_sampled(workspace, preempt("canceled")) as preempted:
+        run, failures = run_case(
+            "azureml_invoke_case",
+            {"fallback_deployment": FALLBACK, "prices": spot_priced_at(0.95), "deferrable": deferrable},
+        )
+    assert str(run.state) == "success", (task_states(run), failures)
+    jobs = deployments_of(workspace)
+    assert len(preempted) == 1
+    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    assert stored_state(run)["fallback_rule"] == "expected_cost"
+    result = xcom_value(run, "invoke")
+    assert result["job_name"] == jobs[1][0]
+    assert_scored_once(workspace, result["job_name"])
+    assert_one_live_job(workspace)
+
+
+def test_expected_cost_stays_on_spot_when_spot_is_cheap(workspace: Emulator, run_case) -> None:
+    """The same preemption with spot at 20 %: resubmitting on spot is still expected to be cheaper."""
+    with when_sampled(workspace, preempt("canceled")) as preempted:
+        run, failures = run_case(
+            "azureml_invoke_case", {"fallback_deployment": FALLBACK, "prices": spot_priced_at(0.2)}
+        )
+    assert str(run.state) == "success", (task_states(run), failures)
+    jobs = deployments_of(workspace)
+    assert len(preempted) == 1
+    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster")] * 2
+    assert stored_state(run)["fallback_rule"] is None
+    assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
+    assert_one_live_job(workspace)
+
+
+def test_the_cluster_history_is_shared_between_runs(workspace: Emulator, run_case) -> None:
+    """What one run saw on the cluster (a preemption) is in its shared history for the next task."""
+    from airflow.models import Variable
+
+    from airflow_azureml import spot_history_store
+
+    with when_sampled(workspace, preempt("canceled")):
+        run, failures = run_case(
+            "azureml_invoke_case", {"fallback_deployment": FALLBACK, "prices": spot_priced_at(0.2)}
+        )
+    assert str(run.state) == "success", failures
+    name = spot_history_store.variable_name("azure_ml_default", "heart-classifier-batch/classifier-xgboost")
+    record = Variable.get(name, default_var=None, deserialize_json=True)
+    assert record is not None, "the task saved no history"
+    history = record["history"]
+    # counts fade with a half-life (spot_policy.SpotHistory), so seconds later they are just below 1
+    assert history["preemptions"] == pytest.approx(1, abs=1e-3)
+    assert history["spot_completions"] == pytest.approx(1, abs=1e-3)
+    assert history["exposure_hours"] > 0
+    assert record["compute"]["vm_size"].lower() == "standard_ds3_v2"
