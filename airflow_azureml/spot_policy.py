@@ -56,6 +56,7 @@ _COUNTS = (
     "spot_completions",
     "completed_jobs",
     "completed_hours",
+    "longest_preempted_hours",
 )
 MAX_RUNNING_HOURS = 48.0  # a job "running" longer than this was lost track of (a worker died): its entry is dropped
 DEFAULT_HALF_LIFE_HOURS = 168.0  # a week: spot capacity changes with region and demand (000), old evidence fades
@@ -77,7 +78,6 @@ class Prior:
     exposure_hours: float = 2.0  # hours a spot job held its nodes
     evictions: float = 0.1  # single-node evictions (the job went on with a replacement)
     node_hours: float = 2.0  # spot node-hours those were counted over
-    completions: float = 0.5  # spot jobs that completed, against the preemptions (the survival odds)
     first_quantile: float = 0.5  # before a unit's first job: this quantile of the rate (the median)
 
     def __post_init__(self) -> None:
@@ -103,9 +103,10 @@ class SpotHistory:
     exposure_hours: float = 0.0  # hours spot jobs held nodes (from allocation to their end)
     evictions: float = 0.0  # single-node evictions of jobs that went on (from the compute's gauge)
     node_hours: float = 0.0  # spot node-hours in which those evictions were counted
-    spot_completions: float = 0.0  # of those, the ones that completed on spot (survived)
+    spot_completions: float = 0.0  # jobs that completed on spot
     completed_jobs: float = 0.0  # completed jobs, any tier: what one unit of work takes
     completed_hours: float = 0.0  # their run hours, from allocation to the end (start-up included)
+    longest_preempted_hours: float = 0.0  # the longest a preempted job had run: the work takes longer
     updated_at: float | None = None  # epoch seconds of the last update (the caller's clock)
     half_life_hours: float = DEFAULT_HALF_LIFE_HOURS
     running: dict[str, float] = field(default_factory=dict)  # spot jobs holding nodes: name -> epoch seconds
@@ -173,6 +174,7 @@ class SpotHistory:
             running=base._live(now, without=job),
             preemptions=base.preemptions + 1,
             exposure_hours=base.exposure_hours + exposure_hours,
+            longest_preempted_hours=max(base.longest_preempted_hours, exposure_hours),
             evictions=base.evictions + evictions,
             node_hours=base.node_hours + node_hours,
             updated_at=now,
@@ -234,11 +236,6 @@ class SpotHistory:
     def eviction_rate(self, prior: Prior) -> float:
         """Single-node evictions per spot node-hour, by the same estimator."""
         return (prior.evictions + self.evictions) / (prior.node_hours + self.node_hours)
-
-    def survival(self, prior: Prior) -> float:
-        """The odds a spot job on this cluster completes rather than being preempted (never 0 or 1)."""
-        completions = prior.completions + self.spot_completions
-        return completions / (completions + self.preemptions)
 
     def mean_run_hours(self) -> float | None:
         """What a completed job took on this cluster, on average (None before the first completion)."""
@@ -501,14 +498,16 @@ def _work_hours(inputs: PolicyInputs, history: SpotHistory) -> tuple[float | Non
         spot_share = min(1.0, history.spot_completions / history.completed_jobs)
         slowdown = 1 + spot_share * _eviction_overhead(inputs, history.eviction_rate(inputs.prior))
         return max(mean - inputs.startup_hours, 0.0) / slowdown, "history"
-    if history.preemptions <= 1e-9:
+    # No job has completed here yet. A preempted job had not finished its work, nor has a job still
+    # running: the work takes longer than the longest of them ran (a lower bound, so spot looks no
+    # dearer than the evidence says; it rises with every longer attempt, and the first completion
+    # replaces it).
+    longest = max(history.longest_preempted_hours, inputs.unit_exposure_hours)
+    if inputs.now is not None:
+        longest = max([longest, *((inputs.now - start) / 3600 for start in history._live(inputs.now).values())])
+    if longest <= inputs.startup_hours:
         return None, "unknown"
-    # No job has completed here yet, but some were preempted: a job that completes with odds p under
-    # preemptions at mu an hour runs -ln(p) / mu hours (exponential times), and at least as long as
-    # this unit's longest preempted attempt.
-    mu = history.preemption_rate(inputs.prior, inputs.now)
-    attempt = max(-math.log(history.survival(inputs.prior)) / mu, inputs.unit_exposure_hours)
-    return max(attempt - inputs.startup_hours, 0.0), "survival"
+    return longest - inputs.startup_hours, "lower_bound"
 
 
 def _eviction_overhead(inputs: PolicyInputs, eviction_rate: float) -> float:

@@ -367,12 +367,12 @@ def report(cells: list[Cell], w: Workload, reps: int, seconds: float) -> tuple[s
         f"makespan {cells[0].makespan['always-dedicated']:.2f} h)",
         "",
         f"{'spot':>5} {'evict/h':>8} | {'cost: spot':>10} {'dedic.':>7} {'ours':>7} | "
-        f"{'span: spot':>10} {'dedic.':>7} {'ours':>7} | {'best':>16} {'regret':>7}  our rules",
+        f"{'span: spot':>10} {'dedic.':>7} {'ours':>7} | {'best':>16} {'regret':>7}  ours: decisions per run by rule",
         "-" * 118,
     ]
     for c in cells:
         ded_cost, ded_span = c.cost["always-dedicated"], c.makespan["always-dedicated"]
-        rules = " ".join(f"{k}={v}" for k, v in sorted(c.rules.items()))
+        rules = " ".join(f"{k}={v / reps:.1f}" for k, v in sorted(c.rules.items()))
         lines.append(
             f"{c.ratio:>5.0%} {c.rate:>8g} | {c.cost['always-spot'] / ded_cost:>10.3f} {1.0:>7.3f} "
             f"{c.cost['ours'] / ded_cost:>7.3f} | {c.makespan['always-spot'] / ded_span:>10.2f} {1.0:>7.2f} "
@@ -408,6 +408,7 @@ def report(cells: list[Cell], w: Workload, reps: int, seconds: float) -> tuple[s
 def plot(cells: list[Cell], path: Path) -> None:
     try:
         import matplotlib
+        import matplotlib.ticker
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -423,8 +424,13 @@ def plot(cells: list[Cell], path: Path) -> None:
         for name in POLICIES:
             colour, marker = styles[name]
             ax.plot(x, [c.vs_dedicated(name) for c in row], marker=marker, color=colour, label=name)
-        ax.set_xscale("symlog", linthresh=0.25)
+        ax.axhline(1 + TARGET_ABOVE_DEDICATED, color="grey", linestyle=":", linewidth=1)
         ax.set_yscale("log")
+        ax.set_yticks([0.2, 0.5, 1, 2, 5])
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks(range(math.ceil(max(x)) + 1))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_title(f"spot at {ratio:.0%} of dedicated")
         ax.set_xlabel("evictions per spot node-hour")
         ax.grid(True, which="both", alpha=0.3)

@@ -102,9 +102,14 @@ def test_no_fallback_means_spot_and_on_fallback_stays_there() -> None:
 def test_work_unknown_stays_on_spot_until_the_cluster_shows_something() -> None:
     fresh = decide(inputs(work_hours_estimate=None, preemptions=0))
     assert (fresh.use_fallback, fresh.rule) == (False, RULE_WORK_UNKNOWN)
-    # jobs preempted, none completed: the survival odds give the work, and at this rate spot loses
-    bad = decide(inputs(work_hours_estimate=None, history=preempted(30, 0.2), spot_price=0.6))
-    assert (bad.use_fallback, bad.rule, bad.inputs["work_source"]) == (True, RULE_EXPECTED_COST, "survival")
+    # jobs preempted, none completed: the work takes longer than this unit's preempted job ran
+    bad = decide(inputs(work_hours_estimate=None, history=preempted(30, 0.2), spot_price=0.6, unit_exposure_hours=1))
+    assert (bad.use_fallback, bad.rule, bad.inputs["work_source"]) == (True, RULE_EXPECTED_COST, "lower_bound")
+    assert bad.inputs["work_hours"] == pytest.approx(1 - 5 / 60)
+    # ... or than the cluster's longest preempted job, or a job still running there
+    cluster = preempted(3, 0.75).record_start("other-task-job", T0)
+    seen = decide(inputs(work_hours_estimate=None, history=cluster, now=T0 + 1.5 * HOUR))
+    assert seen.inputs["work_hours"] == pytest.approx(1.5 - 5 / 60)
     # completed jobs give it as well
     done = SpotHistory().record_completion(run_hours=0.6, now=T0, on_spot=False)
     assert decide(inputs(work_hours_estimate=None, history=done)).inputs["work_hours"] == pytest.approx(0.6 - 5 / 60)
@@ -189,6 +194,19 @@ def test_history_decays_with_its_half_life_and_not_backwards() -> None:
     assert history.decayed(stamp + 50 * history.half_life_hours * HOUR).preemption_rate(Prior()) == pytest.approx(
         0.05, rel=0.01
     )
+
+
+def test_running_jobs_count_as_exposure_until_they_end_or_are_lost_track_of() -> None:
+    history = preempted(2, 0.5).record_start("job-a", T0)
+    assert history.exposure(T0 + 2 * HOUR) == pytest.approx(1 + 2)  # a job still up has survived so far
+    assert history.preemption_rate(Prior(), T0 + 2 * HOUR) < history.preemption_rate(Prior())
+    ended = history.record_completion(run_hours=2, now=T0 + 2 * HOUR, job="job-a")
+    assert ended.running == {} and ended.exposure(T0 + 5 * HOUR) == pytest.approx(ended.exposure_hours)
+    stale = history.record_start("job-b", T0 + 49 * HOUR)  # job-a never reported its end
+    assert set(stale.running) == {"job-b"}
+    assert SpotHistory.from_dict(json.loads(json.dumps(stale.to_dict()))) == stale
+    with pytest.raises(ValueError):
+        SpotHistory.from_dict({"running": {"job": "yesterday"}})
 
 
 def test_completion_on_the_fallback_teaches_the_work_not_the_spot_rate() -> None:
