@@ -152,6 +152,7 @@ def report(
     partitions: list[dict[str, Any]],
     results: list[dict] | None,
     planned: list[dict[str, Any]] | None = None,
+    costs: list[dict[str, Any] | None] | None = None,
 ) -> dict:
     """Verify and checkpoint each partition (row ids in = row ids scored, each once); writes report.json.
 
@@ -202,6 +203,12 @@ def report(
         "rows_scored": rows_scored,
         "predictions": outputs,
     }
+    if costs is not None:  # the bill of this run's jobs (docs/cost.md): spot cost, all-dedicated, savings
+        from airflow_azureml.cost import format_bill, run_bill
+
+        bill = run_bill(costs)
+        summary["bill"] = {k: v for k, v in bill.items() if k != "usage"}
+        print(format_bill(bill, title=f"bill of interval {interval}"))
     folder = storage(f"{prefix}/reports/{interval}")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(summary, indent=2))

@@ -145,13 +145,22 @@ with DAG(
         planned: list[dict[str, Any]],
         results: list[dict[str, Any]] | None,
         data_interval_start: pendulum.DateTime,
+        ti: Any = None,
     ) -> dict[str, Any]:
-        """Rows in must equal rows scored, each row exactly once; verified partitions become checkpoints."""
+        """Rows in must equal rows scored, each row exactly once; verified partitions become checkpoints.
+
+        Adds the run's bill: each scoring task's cost report (XCom ``azureml_cost``), combined per
+        cluster without counting time twice (``airflow_azureml.cost.run_bill``).
+        """
         # By index: iterating the mapped task's lazy XCom sequence reads one item past its end,
         # which Airflow's API client logs as an error ("XCom not found ... offset=N").
         results = [results[i] for i in range(len(results))] if results is not None else None
+        costs = [
+            ti.xcom_pull(task_ids="score_partition", key="azureml_cost", map_indexes=i)
+            for i in range(len(results or []))
+        ]
         return example_partitions.report(
-            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results, planned
+            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results, planned, costs
         )
 
     report(extracted, planned, score.output)

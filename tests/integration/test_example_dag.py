@@ -71,6 +71,10 @@ def test_example_dag_survives_whole_cluster_preemption(example_env: Emulator, fo
     assert len(jobs) == report["partitions"] + report["resubmissions"] == 5
     assert sorted(j.name for j in jobs) == report["jobs"]
     assert sum(j.status == "Completed" for j in jobs) == 4
+    # the run's bill, beside the exactly-once summary: every scoring task's report, one per partition
+    bill = report["bill"]
+    assert len(bill["tasks"]) == 4 and bill["preemptions"] == 1
+    assert bill["node_hours"]["low_priority"] > 0
 
     # the same data interval again: every partition is a finished checkpoint, so no job at all
     rerun = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL)
