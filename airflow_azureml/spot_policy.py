@@ -66,12 +66,15 @@ DEFAULT_HALF_LIFE_HOURS = 168.0  # a week: spot capacity changes with region and
 class Prior:
     """What is assumed before anything was observed: pseudo-counts added to the cluster's history.
 
-    0.1 whole-cluster preemptions over 2 hours of exposure is a rate of 0.05 an hour, the top of the
-    lowest eviction-rate band the Azure portal shows for Spot sizes (0-5 %), with the weight of a
-    tenth of one event: the first real preemption counts ten times as much as the prior, yet a
-    single one (in the first hours) does not look like a high rate. The weight was chosen with
-    ``benchmarks/spot_policy.py --tune``: the smallest that meets the regret targets in every cell
-    (a heavier prior learns a bad cluster too slowly; a lighter one is fooled by one unlucky eviction).
+    0.1 whole-cluster preemptions over 2 hours of exposure: a rate of 0.05 an hour, the top of the
+    lowest eviction-rate band the Azure portal shows for Spot sizes (0-5 %), with a tenth of the
+    weight of one event. The 2 hours are what matter, and were chosen with
+    ``benchmarks/spot_policy.py --tune`` (docs/spot_policy.md has its output): with half an hour, one
+    unlucky preemption looks like a bad cluster and the regret target is missed where spot is
+    cheaper; with 8 hours a bad cluster is learnt too slowly and it is missed where spot is dearer.
+    ``first_quantile``: before a unit's first job the rate is this quantile of the posterior (the
+    median: below the mean while evidence is thin), so that a streak does not keep new units off
+    spot for good (a unit on the fallback adds no spot evidence).
     """
 
     preemptions: float = 0.1  # whole-cluster (job-ending) preemptions
