@@ -22,8 +22,8 @@ from typing import Any
 STATES = ("preparing", "running", "idle", "leaving", "preempted", "unusable")
 TIERS = ("dedicated", "low_priority")
 #: A gap between two waits of one job chain on the same compute (deciding, resubmitting) shorter than this
-#: is bridged with the last reading: the chain's nodes are still billed then (preempted nodes wait to be
-#: deallocated). A longer gap (a worker crash and a retry delay) is not counted: nothing was observed.
+#: is bridged (the readings on either side joined): the chain's nodes are still billed then (preempted
+#: nodes wait to be deallocated). A longer gap (a worker crash and a retry delay) is not counted: nothing was observed.
 BRIDGE_MAX = 120.0
 USAGE_VERSION = 1
 
@@ -54,6 +54,7 @@ class UsageRecorder:
     points: list[list[Any]] = field(default_factory=list)  # [t, preparing, running, idle, leaving, preempted, unusable]
     statuses: list[list[Any]] = field(default_factory=list)  # [t, status] at each change
     end: float | None = None
+    _last: list[Any] | None = None  # the latest reading (kept as a point when the counts change after it)
 
     def status(self, at: float, job: str | None, status: str | None, compute: str | None) -> None:
         self.job = job or self.job
@@ -70,10 +71,15 @@ class UsageRecorder:
             return  # another compute than the job's (the job moved): not this span's
         self.compute = compute
         self.info = {"vm_size": vm_size, "location": location, "tier": "low_priority" if low else "dedicated"}
-        if self.points and at < self.points[-1][0]:
-            return  # an older shared reading than one already used
+        last = self._last
+        if last is not None and at <= last[0]:
+            return  # the same shared reading again, or an older one than one already used
+        reading = [round(at, 3), *counts]
         if not self.points or list(self.points[-1][1:]) != list(counts):
-            self.points.append([round(at, 3), *counts])
+            if last is not None and last[0] > self.points[-1][0]:
+                self.points.append(last)  # the last reading of the old counts: the change came after it
+            self.points.append(reading)
+        self._last = reading
         self._extend(at)
 
     def _extend(self, at: float) -> None:
@@ -84,7 +90,10 @@ class UsageRecorder:
         """The wait's usage, JSON-serialisable (``merge`` and ``estimate`` read it)."""
         if not self.points or self.compute is None:
             return empty_usage()
-        span = {"job": self.job, "compute": self.compute, "points": self.points, "end": self.end}
+        points = [list(p) for p in self.points]
+        if self._last is not None and self._last[0] > points[-1][0]:
+            points.append(list(self._last))
+        span = {"job": self.job, "compute": self.compute, "points": points, "end": self.end}
         span["statuses"] = self.statuses
         return {"v": USAGE_VERSION, "computes": {self.compute: dict(self.info)}, "spans": [span]}
 
@@ -101,7 +110,7 @@ def _valid(usage: Any) -> dict[str, Any]:
 
 def merge(chain: Any, wait: Any, *, bridge: bool = True) -> dict[str, Any]:
     """Add one wait's usage to a job chain's. ``bridge``: a short gap since the chain's last span on the
-    same compute is held at that span's last reading (``BRIDGE_MAX``); spans themselves never add up twice
+    same compute is bridged to the new span's first reading (``BRIDGE_MAX``); spans themselves never add up twice
     (``integrate`` takes the union of their time)."""
     out, new = _valid(chain), _valid(wait)
     out["computes"].update(new["computes"])
@@ -144,8 +153,14 @@ def integrate(
     usage: Any, *, jobs: set[str] | None = None, exclude: set[str] | None = None
 ) -> dict[str, dict[str, float]]:
     """Node-seconds by state per compute, over the union of the spans' times (``jobs``/``exclude``: which
-    spans' times count). The value between two readings is the earlier one (the counts held until the
-    next read); readings of one compute from any span are readings of the same cluster."""
+    spans' times count); readings of one compute from any span are readings of the same cluster.
+
+    Between two readings the counts go linearly from one to the other: a node that came or went between
+    them did so, as likely as not, in the first half (the trapezoid; a hold at the earlier reading would
+    count every end late and every start early, and the polls that find a job ended are the sparse ones,
+    backed off). The spans keep the last reading before each change, so a steady stretch stays steady.
+    After a span's last reading its counts hold until the span's end (the last poll).
+    """
     usage = _valid(usage)
     out: dict[str, dict[str, float]] = {}
     by_compute: dict[str, list[dict[str, Any]]] = {}
@@ -163,16 +178,23 @@ def integrate(
         seconds = dict.fromkeys(STATES, 0.0)
         for start, end in _union([(s["points"][0][0], s["end"]) for s in chosen]):
             index = max(0, bisect.bisect_right(times, start) - 1)
-            t = start
-            while t < end:
-                nxt = times[index + 1] if index + 1 < len(times) else math.inf
-                stop = min(end, max(nxt, t))
-                for state, value in zip(STATES, points[index][1:], strict=False):
-                    seconds[state] += value * (stop - t)
-                t = stop
-                index += 1
-                if index >= len(points):
+            while index < len(points):
+                t0 = points[index][0]
+                t1 = points[index + 1][0] if index + 1 < len(points) else math.inf
+                a, b = max(start, t0), min(end, t1)
+                if b > a:
+                    here = points[index][1:]
+                    there = points[index + 1][1:] if t1 < math.inf and t1 > t0 else here
+                    for i, state in enumerate(STATES):
+                        if t1 == math.inf or there is here:
+                            seconds[state] += here[i] * (b - a)
+                        else:  # linear from t0 to t1: the mean of the values at a and b, times (b - a)
+                            va = here[i] + (there[i] - here[i]) * (a - t0) / (t1 - t0)
+                            vb = here[i] + (there[i] - here[i]) * (b - t0) / (t1 - t0)
+                            seconds[state] += (va + vb) / 2 * (b - a)
+                if t1 >= end:
                     break
+                index += 1
         out[compute] = seconds
     return out
 

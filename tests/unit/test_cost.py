@@ -57,15 +57,21 @@ def test_watch_keeps_change_points_only_and_reads_while_queued_too() -> None:
     data = watch.usage_dict()
     json.dumps(data)  # JSON all through
     (only,) = data["spans"]
-    assert [p[1:] for p in only["points"]] == [[2, 0, 0, 0, 0, 0], [0, 2, 0, 0, 0, 0]]  # no repeat of an equal read
+    # a steady stretch is its first and last reading: the change came after the last one
+    assert [p[1:] for p in only["points"]] == [[2, 0, 0, 0, 0, 0], [2, 0, 0, 0, 0, 0], [0, 2, 0, 0, 0, 0]]
+    assert [p[0] for p in only["points"]] == [pytest.approx(p[0]) for p in only["points"]]
     assert data["computes"]["spot-c"] == {"vm_size": "STANDARD_DS3_V2", "location": "eastus", "tier": "low_priority"}
     assert only["job"] == "j" and only["statuses"][0][1] == "Queued"
 
 
-def test_integration_holds_each_reading_until_the_next() -> None:
+def test_integration_goes_linearly_between_readings_and_holds_after_the_last() -> None:
     one = usage(span("j", [[0, 2, 0, 0, 0, 0, 0], [10, 0, 2, 0, 0, 0, 0], [20, 0, 1, 0, 0, 1, 0]], end=30))
     seconds = cost.integrate(one)["spot-c"]
-    assert seconds["preparing"] == 20 and seconds["running"] == 20 + 10 and seconds["preempted"] == 10
+    # each change came, as likely as not, in the first half between the two reads that saw it
+    assert seconds["preparing"] == pytest.approx(10) and seconds["running"] == pytest.approx(10 + 15 + 10)
+    assert seconds["preempted"] == pytest.approx(5 + 10)
+    steady = usage(span("j", [[0, 0, 2, 0, 0, 0, 0], [10, 0, 2, 0, 0, 0, 0], [12, 0, 0, 0, 0, 0, 0]], end=12))
+    assert cost.integrate(steady)["spot-c"]["running"] == pytest.approx(2 * 10 + 2)
 
 
 def test_the_same_cluster_time_is_counted_once_across_tasks() -> None:
@@ -77,18 +83,27 @@ def test_the_same_cluster_time_is_counted_once_across_tasks() -> None:
 
 
 def test_a_chain_bridges_the_short_gap_between_its_waits_not_a_long_one() -> None:
-    first = usage(span("r0", [[0, 0, 0, 0, 0, 2, 0]], end=10))
-    second = usage(span("r1", [[12, 0, 0, 0, 0, 0, 0]], end=20))
+    first = usage(span("r0", [[0, 0, 0, 0, 0, 2, 0], [10, 0, 0, 0, 0, 2, 0]], end=10))
+    second = usage(span("r1", [[12, 0, 0, 0, 0, 2, 0], [20, 0, 0, 0, 0, 2, 0]], end=20))
     chain = cost.merge(cost.merge({}, first), second)
-    assert cost.integrate(chain)["spot-c"]["preempted"] == 2 * 12  # held through the resubmission
+    assert cost.integrate(chain)["spot-c"]["preempted"] == pytest.approx(2 * 20)  # held through the resubmission
     late = usage(span("r1", [[10 + cost.BRIDGE_MAX + 1, 0, 0, 0, 0, 0, 0]], end=400))
     assert cost.integrate(cost.merge(first, late))["spot-c"]["preempted"] == 2 * 10  # not observed: not counted
     assert cost.merge(chain, second) == chain  # a wait delivered twice is kept once
 
 
 def test_estimate_prices_the_tier_and_defines_the_dedicated_equivalent() -> None:
-    lost = span("r0", [[0, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0]], end=150)  # preempted after 100 s
-    kept = span("r1", [[150, 2, 0, 0, 0, 0, 0], [160, 0, 2, 0, 0, 0, 0], [3600, 0, 0, 0, 0, 0, 0]], end=3600)
+    # readings at the same moment make a step: r0 runs 100 s on 2 nodes, then they are preempted for 50 s
+    lost = span(
+        "r0",
+        [[0, 0, 2, 0, 0, 0, 0], [100, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0], [150, 0, 0, 0, 0, 2, 0]],
+        end=150,
+    )
+    kept = span(
+        "r1",
+        [[150, 2, 0, 0, 0, 0, 0], [160, 2, 0, 0, 0, 0, 0], [160, 0, 2, 0, 0, 0, 0], [3600, 0, 2, 0, 0, 0, 0]],
+        end=3600,
+    )
     report = cost.estimate(usage(lost, kept), PRICES, lost_jobs=["r0"], preemptions=1)
     total_seconds = 2 * 3600
     assert report["node_hours"]["low_priority"] == pytest.approx(total_seconds / 3600)
