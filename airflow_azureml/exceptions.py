@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow_azureml.compat import airflow_exceptions
+
+AirflowException, AirflowFailException = airflow_exceptions()
 
 
 class AzureMLError(AirflowException):

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.sdk import conf
-
-from airflow_azureml import naming
+from airflow_azureml import compat, naming
+from airflow_azureml.compat import conf
 from airflow_azureml.exceptions import (
     AzureMLConfigError,
     AzureMLError,
@@ -577,13 +576,13 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     @staticmethod
     def _recall(context: Any) -> dict[str, Any] | None:
-        store = context.get("task_state_store") if context is not None else None
+        store = compat.task_state_store(context)  # None before Airflow 3.3: the chain is found by name alone
         value = store.get(STATE_KEY) if store is not None else None
         return value if isinstance(value, dict) else None
 
     @staticmethod
     def _remember(context: Any, state: ResubmissionState) -> None:
-        store = context.get("task_state_store") if context is not None else None
+        store = compat.task_state_store(context)
         if store is not None:
             store.set(STATE_KEY, state.to_store())
 

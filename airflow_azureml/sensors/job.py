@@ -7,8 +7,9 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, conf
+from airflow.sdk import BaseSensorOperator
 
+from airflow_azureml.compat import conf
 from airflow_azureml.exceptions import AzureMLError, AzureMLJobQueueTimeoutError
 from airflow_azureml.hooks.azure_ml import AzureMLHook
 from airflow_azureml.links.studio import AzureMLStudioJobLink

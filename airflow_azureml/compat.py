@@ -1,0 +1,131 @@
+"""What the running Airflow (3.1, 3.2 or 3.3) offers the provider: the one place that knows.
+
+Each 3.3-only feature is detected once, from Airflow's own modules, and when it is missing the
+provider degrades and logs, once per process at first use, exactly what is lost
+(docs/airflow_versions.md has the same table):
+
+- ``task_state_store`` (3.3): where a task keeps its job chain between tries.
+- trigger ``on_kill`` (3.3): the triggerer's call when a person ends a deferred task.
+- ``conn-fields`` in the provider info (3.3): the connection form's fields for the extras.
+
+Also the names the task SDK moved between versions (``AirflowException``, ``Stats``), imported from
+where this version has them. Importing this module is cheap: nothing of Airflow at module level.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LOSSES: dict[str, str] = {
+    "task_state_store": (
+        "Airflow {version} has no task_state_store (Airflow 3.3): the job chain is not kept between tries. "
+        "The deterministic job names and the unit-of-work property still prevent a duplicate job (a retry "
+        "finds the chain in the workspace and attaches to it), but a crash between submit and persist can no "
+        "longer be told from a first try, a cancel recorded by on_kill is not remembered (a later try treats "
+        "that cancelled job as a person's cancel and fails), and the preemption count, backoff, fallback "
+        "switch and usage restart with each try."
+    ),
+    "trigger_on_kill": (
+        "Airflow {version} does not call a trigger's on_kill (Airflow 3.3): marking a deferred task failed or "
+        "success, or clearing it, does not cancel its Azure ML job from the triggerer; the job runs on (and "
+        "bills) until it ends, and a cleared task's next try attaches to it instead of cancelling it."
+    ),
+    "conn_fields": (
+        "Airflow {version} does not read conn-fields from the provider info (Airflow 3.3): the azure_ml "
+        "connection form shows no fields for subscription_id, resource_group, workspace_name, tenant_id, "
+        "cloud, ca_bundle and the other extras; put them in the Extra field as JSON (same keys). The "
+        "connection works the same."
+    ),
+}
+
+
+@functools.cache
+def airflow_version() -> str:
+    """The installed Airflow's version, e.g. ``3.1.8``."""
+    from importlib.metadata import version
+
+    return version("apache-airflow-core")
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@functools.cache
+def has_task_state_store() -> bool:
+    """Airflow 3.3 gives each task instance a ``task_state_store`` in its context."""
+    return _has_module("airflow.models.task_state_store")
+
+
+@functools.cache
+def has_trigger_on_kill() -> bool:
+    """Airflow 3.3's triggerer calls ``BaseTrigger.on_kill`` when a person ends a deferred task."""
+    from airflow.triggers.base import BaseTrigger
+
+    return callable(getattr(BaseTrigger, "on_kill", None))
+
+
+@functools.cache
+def has_conn_fields() -> bool:
+    """Airflow 3.3.0's providers manager first builds the connection form from ``conn-fields`` (earlier
+    versions accept the key, their schema leaves connection types open, and ignore it)."""
+    major, minor = (int(part) for part in airflow_version().split(".")[:2])
+    return (major, minor) >= (3, 3)
+
+
+_warned: set[str] = set()
+
+
+def warn_missing(feature: str) -> None:
+    """Log, once per process, what is lost without ``feature`` on this Airflow."""
+    if feature in _warned:
+        return
+    _warned.add(feature)
+    # the form's loss is cosmetic; the other two change what a retry or a person's action does
+    level = logging.INFO if feature == "conn_fields" else logging.WARNING
+    log.log(level, LOSSES[feature].format(version=airflow_version()))
+
+
+def task_state_store(context: Any) -> Any | None:
+    """The task's ``task_state_store``, or None (and the first time, the log line) on Airflow < 3.3."""
+    store = context.get("task_state_store") if context is not None else None
+    if store is None and not has_task_state_store():
+        warn_missing("task_state_store")
+    return store
+
+
+def airflow_exceptions() -> tuple[type[Exception], type[Exception]]:
+    """``(AirflowException, AirflowFailException)``: the task SDK exports both from 3.2 on, 3.1 only in core."""
+    try:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import AirflowException, AirflowFailException
+    return AirflowException, AirflowFailException
+
+
+def stats() -> Any:
+    """Airflow's metrics client: ``airflow.sdk.observability.stats`` from 3.2 on, ``airflow.stats`` in 3.1."""
+    try:
+        from airflow.sdk.observability.stats import Stats
+    except ImportError:  # Airflow 3.1
+        from airflow.stats import Stats
+    return Stats
+
+
+def __getattr__(name: str) -> Any:
+    """``conf`` on first access: the task SDK exports it from 3.2 on, 3.1 only from core."""
+    if name == "conf":
+        try:
+            from airflow.sdk import conf
+        except ImportError:  # Airflow 3.1
+            from airflow.configuration import conf
+        return conf
+    raise AttributeError(name)
