@@ -355,6 +355,26 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     def fallback_target(self) -> str | None:
         return self.fallback_deployment or None
 
+    def check_fallback(self) -> None:
+        """The fallback deployment exists on this endpoint and runs on dedicated compute (two reads)."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        name = self.fallback_deployment or ""
+        try:
+            deployment = self.hook.get_conn().batch_deployments.get(name=name, endpoint_name=self.endpoint_name)
+        except ResourceNotFoundError:
+            raise AzureMLConfigError(
+                f"fallback_deployment {name!r} does not exist on batch endpoint {self.endpoint_name!r}; create it "
+                "(the same model on a dedicated cluster with min_instances: 0) before the work can fall back."
+            ) from None
+        except Exception as exc:  # e.g. the SDK's ValidationException for an unknown deployment
+            if "not found" in str(exc).lower():
+                raise AzureMLConfigError(
+                    f"fallback_deployment {name!r} does not exist on batch endpoint {self.endpoint_name!r}."
+                ) from None
+            raise
+        self._check_dedicated(getattr(deployment, "compute", None), f"fallback_deployment {name!r}")
+
     def spot_target(self) -> str | None:
         """The spot deployment: its compute is fixed, so it names the cluster its jobs run on."""
         return f"{self.endpoint_name}/{self.deployment_name or 'default'}"

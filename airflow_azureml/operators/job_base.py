@@ -26,6 +26,7 @@ from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot,
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
 MAX_BACKOFF = 600.0
+MAX_RECORDED = 200  # jobs remembered as recorded in the shared spot history (a chain is far shorter)
 # task_state_store key (one row per DAG run, task and map index; retries and clears share it).
 # Renaming it breaks in-flight retries.
 STATE_KEY = "azureml_job"
@@ -57,6 +58,9 @@ class ResubmissionState:
     known: list[str] = field(default_factory=list)  # jobs this run of the task had seen before this try
     backoff_done: str | None = None  # preempted job whose back-off was already spent in the triggerer
     fallback_rule: str | None = None  # the rule that moved this run of the task to the fallback (then it stays)
+    fallback_from: int | None = None  # the first resubmission number sent to the fallback
+    recorded: list[str] = field(default_factory=list)  # jobs already in the cluster's shared history
+    canceled_at: dict[str, float] = field(default_factory=dict)  # when each of Airflow's cancels was recorded
     deferred_on: str | None = None  # the job a try deferred on and has not come back from
     max_tries: int | None = None
     cleared: bool = False
@@ -82,6 +86,9 @@ class ResubmissionState:
             "before_clear": list(self.before_clear),
             "backoff_done": self.backoff_done,
             "fallback_rule": self.fallback_rule,
+            "fallback_from": self.fallback_from,
+            "recorded": list(self.recorded[-MAX_RECORDED:]),
+            "canceled_at": dict(self.canceled_at),
             "deferred_on": self.deferred_on,
             "max_tries": self.max_tries,
             "usage": self.usage,
@@ -202,6 +209,21 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """Where the work goes when spot does not pay (a deployment for batch, a compute for command jobs)."""
         return None
 
+    def check_fallback(self) -> None:
+        """Before a unit's first job: the fallback exists and runs on dedicated compute (else a config error)."""
+
+    def _check_dedicated(self, compute: str | None, what: str) -> None:
+        from airflow_azureml.specs import short_name
+
+        name = short_name(compute or "")
+        facts = self.hook.compute_facts(name) if name else None
+        if facts is None:
+            raise AzureMLConfigError(f"{what} runs on compute {compute!r}, which does not exist in the workspace.")
+        if facts.low_priority:
+            raise AzureMLConfigError(
+                f"{what} runs on compute {name!r}, a low-priority cluster: a fallback from spot must be dedicated."
+            )
+
     def validate(self) -> None:
         """Check the input without Azure; subclasses extend. Runs before any API call."""
         from airflow_azureml.specs import check_seconds  # not at DAG parse
@@ -225,6 +247,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 raise AzureMLConfigError("fallback_after must be >= 1 (preemptions before falling back).")
             if self.fallback_target() is None:
                 raise AzureMLConfigError(f"fallback_after needs a fallback: {self._fallback_argument()}.")
+            if self.fallback_after > self.max_resubmits:
+                raise AzureMLConfigError(
+                    f"fallback_after={self.fallback_after} can never fire with max_resubmits={self.max_resubmits}: "
+                    "the budget ends the chain first."
+                )
 
     def result(self, state: ResubmissionState, snapshot: JobSnapshot, verdict: Classification) -> dict[str, Any]:
         return {
@@ -413,7 +440,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             has_fallback=self.fallback_target() is not None,
             waited_seconds=limit,  # at least: the wait ended as soon as it saw the limit passed
             max_queue_time=limit,
-            on_fallback=bool(state.fallback_rule),
+            on_fallback=self._on_fallback(state, job_name),
         )
         if decision.use_fallback:
             inputs = {"job": job_name, "reason": decision.reason, "wait": message, **decision.inputs}
@@ -502,6 +529,22 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                     self.log.warning("Could not cancel duplicate job %s: %s", job.snapshot.name, exc)
         return keep
 
+    def _forget_cancels_that_did_not_take(self, context: Any, state: ResubmissionState, job_name: str) -> None:
+        """A job of Airflow's cancel that a wait saw Running after the cancel was recorded outlived it:
+        a later cancel of it is not Airflow's (a person's, or a preemption), within this try too."""
+        since = state.canceled_at.get(job_name)
+        if job_name not in state.airflow_canceled or since is None:
+            return
+        for span in (state.usage or {}).get("spans") or []:
+            if span.get("job") != job_name:
+                continue
+            if any(status == "Running" and at > since for at, status in span.get("statuses") or []):
+                self.log.info("Job %s ran after Airflow's cancel; a later cancel of it is not Airflow's.", job_name)
+                state.airflow_canceled.remove(job_name)
+                state.canceled_at.pop(job_name, None)
+                self._remember(context, state)
+                return
+
     def _kept_instead(self, state: ResubmissionState, snapshot: JobSnapshot) -> str | None:
         """The job kept instead of this cancelled one, when it was cancelled as a duplicate (``_keep_one``)."""
         number = snapshot.properties.get(naming.RESUBMISSION_TAG)
@@ -529,6 +572,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.before_clear = list(recalled.get("before_clear") or [])
         state.deferred_on = recalled.get("deferred_on")
         state.usage = dict(recalled.get("usage") or {})  # a retry or a clear keeps what the chain has cost
+        state.recorded = list(recalled.get("recorded") or [])  # a clear must not record a job twice
+        state.canceled_at = dict(recalled.get("canceled_at") or {})
         previous = recalled.get("max_tries")
         state.cleared = previous is not None and max_tries is not None and previous != max_tries
         if state.cleared:
@@ -538,6 +583,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             state.counted = list(recalled.get("counted") or [])
             state.backoff_done = recalled.get("backoff_done")
             state.fallback_rule = recalled.get("fallback_rule")  # a clear gives spot another chance
+            state.fallback_from = recalled.get("fallback_from")
         return state
 
     def _first_sight(self, state: ResubmissionState, snapshot: JobSnapshot | None) -> None:
@@ -593,13 +639,19 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             return
         if job_name not in state.airflow_canceled:
             state.airflow_canceled.append(job_name)
+        state.canceled_at[job_name] = time.time()
         self._remember(context, state)
 
     # -------------------------------------------------------------- decisions
-    def _submit(self, context: Any, state: ResubmissionState) -> str:
-        if not state.job_names and not state.fallback_rule and self.fallback_target() is not None:
-            decision = self._spot_decision(state, None)  # before the unit's first job: the cluster's history
-            self._move_to_fallback(context, state, decision.use_fallback, decision.rule, decision.log_inputs())
+    def _submit(self, context: Any, state: ResubmissionState, *, decided: bool = False) -> str:
+        """Submit the chain's next job. Unless the caller has just decided (after a preemption), the
+        spot policy decides first: before a unit's first job, and after a failure, a cancel or a clear."""
+        if self.fallback_target() is not None:
+            if not state.job_names:
+                self.check_fallback()  # before the unit's first job: a missing fallback fails now, not after paying
+            if not decided and not state.fallback_rule:
+                decision = self._spot_decision(state, None)
+                self._move_to_fallback(context, state, decision.use_fallback, decision.rule, decision.log_inputs())
         n = state.next_resubmission
         requested = self._name(state, n)
         fallback = self.fallback_target() if state.fallback_rule else None
@@ -619,11 +671,22 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.job_names.append(name)
         state.next_resubmission = n + 1
         self._remember(context, state)  # first thing after the submit returns
+        if not self._on_fallback(state, name):
+            self._record_start_on_cluster(name)
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
         return name
 
     def _fallback_argument(self) -> str:
         return "fallback_compute"
+
+    @staticmethod
+    def _on_fallback(state: ResubmissionState, job_name: str) -> bool:
+        """The job was sent to the fallback (the switch may be recorded while an older spot job still waits)."""
+        if not state.fallback_rule:
+            return False
+        if state.fallback_from is None or job_name not in state.job_names:
+            return True
+        return state.job_names.index(job_name) >= state.fallback_from
 
     def _move_to_fallback(
         self, context: Any, state: ResubmissionState, use_fallback: bool, rule: str, inputs: dict[str, Any]
@@ -638,6 +701,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         )
         if use_fallback and not state.fallback_rule:
             state.fallback_rule = rule
+            state.fallback_from = state.next_resubmission
             self._remember(context, state)
         return use_fallback
 
@@ -666,6 +730,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         if snapshot.name in state.counted:  # judged a preemption earlier (before a back-off or a crash)
             verdict = Classification(Outcome.PREEMPTED, "preempted (judged so when it ended)")
             return self._resubmit_preempted(context, state, snapshot, verdict)
+        self._forget_cancels_that_did_not_take(context, state, snapshot.name)
         verdict = classify(snapshot, gauge=gauge, canceled_by_airflow=snapshot.name in state.airflow_canceled)
         self._report(context, snapshot, verdict)
         outcome = verdict.outcome
@@ -744,7 +809,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=delay)), method_name="resume_after_backoff")
             else:
                 time.sleep(delay)
-        new = self._submit(context, state)
+        new = self._submit(context, state, decided=True)
         self.log.warning(
             "Resubmitted preempted job: reason=%r old=%s new=%s resubmission=%d/%d",
             verdict.reason,
@@ -801,20 +866,26 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         if isinstance(info.get("startup_hours"), (int, float)) and info["startup_hours"] > 0:
             extra["startup_hours"] = float(info["startup_hours"])
         nodes = snapshot.instance_count if snapshot is not None and snapshot.instance_count else 1
-        inputs = spot_policy.PolicyInputs(
-            spot_price=spot,
-            dedicated_price=dedicated,
-            nodes=max(1, int(nodes)),
-            history=history,
-            preemptions=state.preemptions,
-            fallback_after=self.fallback_after,
-            has_fallback=self.fallback_target() is not None,
-            on_fallback=bool(state.fallback_rule),
-            unit_exposure_hours=max((self._held_hours(state, job) for job in state.counted), default=0.0),
-            now=time.time(),
-            **extra,
-        )
-        return SpotDecision(spot_policy.decide(inputs))
+        try:
+            inputs = spot_policy.PolicyInputs(
+                spot_price=spot,
+                dedicated_price=dedicated,
+                nodes=max(1, int(nodes)),
+                history=history,
+                preemptions=state.preemptions,
+                fallback_after=self.fallback_after,
+                has_fallback=self.fallback_target() is not None,
+                on_fallback=bool(state.fallback_rule),
+                unit_exposure_hours=max((self._held_hours(state, job) for job in state.counted), default=0.0),
+                now=time.time(),
+                **extra,
+            )
+            return SpotDecision(spot_policy.decide(inputs))
+        except ValueError as exc:  # a stored value the policy refuses: the hard rules still hold
+            hard = self.fallback_after is not None and state.preemptions >= self.fallback_after
+            rule = spot_policy.RULE_FALLBACK_AFTER if hard else "policy_inputs_refused"
+            reason = f"the policy refused its inputs ({exc}); only fallback_after applies"
+            return SpotDecision(spot_policy.Decision(hard, rule, reason))
 
     def _spot_compute(self, state: ResubmissionState) -> dict[str, Any]:
         """What the chain's compute reads say of the spot cluster: size, region, a start-up time."""
@@ -850,8 +921,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         variable = self._spot_variable()
         usage = state.usage or {}
         spans = [s for s in usage.get("spans") or [] if s.get("job") == snapshot.name and s.get("points")]
-        if not variable or not spans:
+        if not variable or not spans or snapshot.name in state.recorded:
             return
+        state.recorded.append(snapshot.name)
+        self._remember(self._context, state)
         tiers = {((usage.get("computes") or {}).get(s.get("compute")) or {}).get("tier") for s in spans}
         on_spot = "low_priority" in tiers
         job_usage = {**usage, "spans": spans}
@@ -862,12 +935,24 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         history, known = spot_history_store.load(variable)
         now = time.time()
         if preempted:
-            history = history.record_preemption(exposure_hours=hours, now=now, evictions=evicted, node_hours=node_hours)
+            history = history.record_preemption(
+                exposure_hours=hours, now=now, evictions=evicted, node_hours=node_hours, job=snapshot.name
+            )
         else:
             history = history.record_completion(
-                run_hours=hours, now=now, on_spot=on_spot, evictions=evicted, node_hours=node_hours
+                run_hours=hours, now=now, on_spot=on_spot, evictions=evicted, node_hours=node_hours, job=snapshot.name
             )
         spot_history_store.save(variable, history, {**known, **self._spot_compute(state)})
+
+    def _record_start_on_cluster(self, job: str) -> None:
+        """A job sent to spot counts as exposure from now until it ends (concurrent partitions' too)."""
+        from airflow_azureml import spot_history_store
+
+        variable = self._spot_variable()
+        if not variable or self.fallback_target() is None:
+            return
+        history, known = spot_history_store.load(variable)
+        spot_history_store.save(variable, history.record_start(job, time.time()), known)
 
     def _log_status(self, snapshot: JobSnapshot) -> None:
         self.log.info("Job %s is %s.", snapshot.name, snapshot.status)

@@ -117,6 +117,10 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         """A command job's compute is chosen per job, so its fallback is a compute."""
         return self.fallback_compute or None
 
+    def check_fallback(self) -> None:
+        """The fallback compute exists and is dedicated (one read)."""
+        self._check_dedicated(self.fallback_compute, f"fallback_compute {self.fallback_compute!r}")
+
     def spot_target(self) -> str | None:
         from airflow_azureml.specs import short_name
 

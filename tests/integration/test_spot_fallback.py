@@ -23,6 +23,7 @@ from tests.integration.test_operators import INPUT
 REPO = Path(__file__).resolve().parents[2]
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
 FALLBACK = "classifier-xgboost-dedicated"
+TARGET = "heart-classifier-batch/classifier-xgboost"  # the spot deployment: its history's key
 
 
 @pytest.fixture
@@ -136,6 +137,22 @@ def stored_state(run: Any) -> dict[str, Any]:
         return json.loads(row.value)
 
 
+def seed_cluster_history() -> None:
+    """A cluster seen before: two jobs completed on spot, an hour of work each, no preemption yet.
+
+    The emulator's jobs last seconds, so its own runs say little about an hour-long job; this record
+    gives the policy a realistic amount of work to weigh a preemption against.
+    """
+    from airflow.models import Variable
+
+    from airflow_azureml import spot_history_store
+    from airflow_azureml.spot_policy import SpotHistory
+
+    history = SpotHistory(exposure_hours=0.5, spot_completions=2, completed_jobs=2, completed_hours=2.0)
+    record = {"version": 1, "history": history.to_dict(), "compute": {}}
+    Variable.set(spot_history_store.variable_name("azure_ml_default", TARGET), record, serialize_json=True)
+
+
 def spot_priced_at(ratio: float) -> dict[str, dict[str, float]]:
     """Prices set by hand (an operator argument), spot at ``ratio`` of dedicated, for the cluster's size."""
     return {"Standard_DS3_v2": {"dedicated": 1.0, "low_priority": ratio}}
@@ -145,7 +162,9 @@ def spot_priced_at(ratio: float) -> dict[str, dict[str, float]]:
 def test_expected_cost_moves_to_the_fallback_when_spot_costs_nearly_dedicated(
     workspace: Emulator, run_case, deferrable: bool
 ) -> None:
-    """Spot at 95 % of dedicated, a cluster just seen preempted: finishing on spot is expected to cost more."""
+    """Spot at 95 % of dedicated, an hour of work, a cluster just seen preempted: finishing on spot is
+    expected to cost more (before the preemption it was not: the first job goes to spot)."""
+    seed_cluster_history()
     with when_sampled(workspace, preempt("canceled")) as preempted:
         run, failures = run_case(
             "azureml_invoke_case",
@@ -163,7 +182,8 @@ def test_expected_cost_moves_to_the_fallback_when_spot_costs_nearly_dedicated(
 
 
 def test_expected_cost_stays_on_spot_when_spot_is_cheap(workspace: Emulator, run_case) -> None:
-    """The same preemption with spot at 20 %: resubmitting on spot is still expected to be cheaper."""
+    """The same cluster and preemption with spot at 20 %: resubmitting on spot is still expected to be cheaper."""
+    seed_cluster_history()
     with when_sampled(workspace, preempt("canceled")) as preempted:
         run, failures = run_case(
             "azureml_invoke_case", {"fallback_deployment": FALLBACK, "prices": spot_priced_at(0.2)}
@@ -188,7 +208,7 @@ def test_the_cluster_history_is_shared_between_runs(workspace: Emulator, run_cas
             "azureml_invoke_case", {"fallback_deployment": FALLBACK, "prices": spot_priced_at(0.2)}
         )
     assert str(run.state) == "success", failures
-    name = spot_history_store.variable_name("azure_ml_default", "heart-classifier-batch/classifier-xgboost")
+    name = spot_history_store.variable_name("azure_ml_default", TARGET)
     record = Variable.get(name, default_var=None, deserialize_json=True)
     assert record is not None, "the task saved no history"
     history = record["history"]
@@ -197,3 +217,84 @@ def test_the_cluster_history_is_shared_between_runs(workspace: Emulator, run_cas
     assert history["spot_completions"] == pytest.approx(1, abs=1e-3)
     assert history["exposure_hours"] > 0
     assert record["compute"]["vm_size"].lower() == "standard_ds3_v2"
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_queue_time_switch_whose_cancel_failed_reaches_the_fallback_on_the_retry(
+    workspace: Emulator, run_case, deferrable: bool
+) -> None:
+    """The switch is recorded, its cancel refused (403): the retry cancels the still-queued spot job and
+    moves on to the fallback, instead of taking that job for one already on the fallback."""
+    workspace.call(lambda: workspace.workspace.set_capacity("low-pri-cluster", 0))
+    workspace.add_fault(kind="status", status=403, route="cancel", count=1)
+    run, failures = run_case(
+        "azureml_invoke_case",
+        {"fallback_deployment": FALLBACK, "max_queue_time": 1.0, "deferrable": deferrable, "retries": 1},
+    )
+    assert str(run.state) == "success", (task_states(run), failures)
+    jobs = deployments_of(workspace)
+    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
+    assert_one_live_job(workspace)
+
+
+def test_a_person_cancels_a_job_that_outlived_the_queue_time_cancel(workspace: Emulator, run_case) -> None:
+    """The queue-time cancel is answered but never happens; capacity comes back and the job runs; then a
+    person cancels it. That cancel is the person's: the task fails and nothing goes to the fallback."""
+    import threading
+    import time
+
+    from tests.helpers import when_running
+    from tests.integration.test_exactly_once import person_cancels
+
+    workspace.call(lambda: workspace.workspace.set_capacity("low-pri-cluster", 0))
+    workspace.add_fault(kind="status", status=202, route="cancel", count=1)  # accepted, never done
+    stop = threading.Event()
+
+    def capacity_back_after_the_cancel() -> None:
+        while not stop.is_set():
+            if any(r["method"] == "POST" and r["path"].endswith("/cancel") for r in workspace.requests()):
+                workspace.call(lambda: workspace.workspace.set_capacity("low-pri-cluster", None))
+                return
+            time.sleep(0.02)
+
+    def polled_while_running(emu: Emulator, job: Any) -> bool:
+        since = job.started.timestamp()
+        return any(
+            r["method"] == "GET" and r["path"].endswith(f"/jobs/{job.name}") and r["t"] > since for r in emu.requests()
+        )
+
+    watcher = threading.Thread(target=capacity_back_after_the_cancel, daemon=True)
+    watcher.start()
+    try:
+        with when_running(workspace, person_cancels, ready=polled_while_running) as cancelled:
+            run, failures = run_case(
+                "azureml_invoke_case", {"fallback_deployment": FALLBACK, "max_queue_time": 1.0, "retries": 0}
+            )
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert len(cancelled) == 1
+    assert str(run.state) == "failed"
+    assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    assert [(d, c) for _, d, c in deployments_of(workspace)] == [("classifier-xgboost", "low-pri-cluster")]
+
+
+def test_a_missing_fallback_deployment_fails_before_any_job(workspace: Emulator, run_case) -> None:
+    run, failures = run_case("azureml_invoke_case", {"fallback_deployment": "no-such-deployment", "fallback_after": 1})
+    assert str(run.state) == "failed"
+    assert failures[0]["type"] == "AzureMLConfigError" and "no-such-deployment" in failures[0]["message"]
+    assert workspace.jobs() == []
+
+
+def test_a_fallback_on_low_priority_compute_is_refused_before_any_job(workspace: Emulator, run_case) -> None:
+    from airflow_azureml.hooks import AzureMLHook
+
+    ml = AzureMLHook().get_conn()
+    spotty = ml.batch_deployments.get(name=FALLBACK, endpoint_name="heart-classifier-batch")
+    spotty.compute = "low-pri-cluster"
+    ml.batch_deployments.begin_create_or_update(spotty).result()
+    run, failures = run_case("azureml_invoke_case", {"fallback_deployment": FALLBACK, "fallback_after": 1})
+    assert str(run.state) == "failed"
+    assert failures[0]["type"] == "AzureMLConfigError" and "low-priority" in failures[0]["message"]
+    assert workspace.jobs() == []
