@@ -10,7 +10,10 @@ the emulator's bill for that cluster, whose every node state change is exact (em
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +71,8 @@ def workspace(
     from airflow_azureml.hooks import AzureMLHook
 
     setup_workspace(AzureMLHook())
-    # Enough mini-batches (200 of 0.3 s on 2 x 2 workers) that the resubmitted job runs on after its eviction,
-    # and that the run is long against what no reading can see: the emulator gives a job its nodes a tick
-    # after the submit, before the submit call has returned to the operator (Azure takes minutes).
-    write_heart_csvs(emulator.datastore_path(INPUT), files=400, rows_per_file=1)
+    # enough mini-batches (150 of 0.3 s on 2 x 2 workers) that the resubmitted job runs on after its eviction
+    write_heart_csvs(emulator.datastore_path(INPUT), files=300, rows_per_file=1)
     emulator.call(lambda: setattr(emulator.workspace.timing, "mini_batch", 0.3))
     emulator.set_price_ratio(SKU, spot=SPOT_RATIO)
     # this test's prices cache, in its own directory (the emulator's prices API is the connection's)
@@ -81,6 +82,36 @@ def workspace(
     monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", json.dumps(conn))
     prices_module.clear_memory_cache()
     return emulator
+
+
+@contextmanager
+def nodes_after_a_few_looks(emulator: Emulator, looks: int = 3) -> Iterator[None]:
+    """No capacity until the operator has read the cluster a few times: Azure takes minutes to give a job
+    its nodes, so a client's first reads come before them; the emulator gives them a tick after the submit,
+    before the submit call has even returned (under load, half a second of two nodes no reading sees)."""
+    emulator.set_capacity(CLUSTER, 0)
+    since = time.time()
+    stop = threading.Event()
+
+    def reads() -> int:
+        return sum(
+            1
+            for r in emulator.requests()
+            if r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
+        )
+
+    def release() -> None:
+        while not stop.is_set() and reads() < looks:
+            time.sleep(0.01)
+        emulator.set_capacity(CLUSTER, None)
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 def run_invoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: dict[str, Any]) -> Any:
@@ -93,10 +124,11 @@ def run_invoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: dict[str, 
 def test_estimate_is_within_two_percent_of_the_emulators_bill(
     workspace: Emulator, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, deferrable: bool
 ) -> None:
-    # the case's polling: 0.05 s, backing off to 0.2 s while the job's status stays the same (the compute
-    # reads go with the polls: the estimate's resolution)
-    case = {"deferrable": deferrable}
-    with when_running(workspace, preempt_then_evict, times=2) as hit:
+    # Polls, and the compute reads with them (the estimate's resolution), every 0.05 s without backing off:
+    # each node that comes or goes is then placed within 0.05 s. With the case's back-off to 0.2 s the
+    # estimate came within 1 % too, but a run's few start and end changes then move it by up to 0.6 % each.
+    case = {"deferrable": deferrable, "polling": {"interval": 0.05, "max_interval": 0.05}}
+    with nodes_after_a_few_looks(workspace), when_running(workspace, preempt_then_evict, times=2) as hit:
         run = run_invoke(monkeypatch, tmp_path, case)
     assert str(run.state) == "success", task_states(run)
     assert len(hit) == 2
