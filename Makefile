@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-clean test reliability lint install clean docs
+.PHONY: demo demo-clean test reliability lint install clean docs test-airflow-3.1 test-airflow-3.2 test-versions
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,26 @@ docs: $(STAMP)
 	rm -rf docs/_build
 	AIRFLOW_HOME="$(CURDIR)/docs/_build/airflow-home" $(PY) -m sphinx -W --keep-going -q -b html -d docs/_build/doctrees docs docs/_build/html
 	@echo "docs: built docs/_build/html/index.html (serve it: $(PY) -m http.server -d docs/_build/html)"
+
+# Airflow 3.1 and 3.2 (docs/airflow_versions.md): unit and integration tests, each in its own git-ignored
+# venv built from its pins (constraints/airflow-<v>.txt); `make test` is Airflow 3.3 (constraints.txt).
+.venv-airflow-%/.installed: pyproject.toml constraints/airflow-%.txt
+	$(PYTHON) -m venv .venv-airflow-$*
+	.venv-airflow-$*/bin/python -m pip install --quiet --upgrade "pip==26.3"
+	.venv-airflow-$*/bin/python -m pip install --quiet -c constraints/airflow-$*.txt -e ".[test]"
+	touch $@
+
+AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/unit tests/integration
+
+test-airflow-3.1: PY_ALT := .venv-airflow-3.1/bin/python
+test-airflow-3.1: .venv-airflow-3.1/.installed
+	$(AIRFLOW_VERSION_TESTS)
+
+test-airflow-3.2: PY_ALT := .venv-airflow-3.2/bin/python
+test-airflow-3.2: .venv-airflow-3.2/.installed
+	$(AIRFLOW_VERSION_TESTS)
+
+test-versions: test-airflow-3.1 test-airflow-3.2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
