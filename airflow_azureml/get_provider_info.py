@@ -12,6 +12,10 @@ def _text(label: str, description: str, *, required: bool = False, **schema: Any
 
 
 def get_provider_info() -> dict[str, Any]:
+    from airflow_azureml import compat
+
+    if not compat.has_conn_fields():  # Airflow < 3.3 ignores "conn-fields" below: no fields for the extras
+        compat.warn_missing("conn_fields")
     return {
         "package-name": "airflow-azureml",
         "name": "Azure Machine Learning (airflow-azureml)",

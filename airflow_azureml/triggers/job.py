@@ -37,7 +37,11 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         self.wait_for_creation = bool(wait_for_creation)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_azureml import compat
         from airflow_azureml.triggers.poller import WorkspacePoller
+
+        if not compat.has_trigger_on_kill():  # Airflow < 3.3 never calls on_kill below
+            compat.warn_missing("trigger_on_kill")
 
         payload = await WorkspacePoller.for_connection(self.azure_ml_conn_id).wait(
             self.job_name, self.policy, wait_for_creation=self.wait_for_creation
