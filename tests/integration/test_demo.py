@@ -62,6 +62,11 @@ def test_second_demo_scores_a_new_interval_and_reuses_the_first_without_a_job(tm
     assert "interval 1: 2026-11-29  (data interval 20261129T0000, new)" in first, first[-3000:]
     assert "each row exactly once" in first and "errors logged            0" in first, first[-3000:]
     assert "(re-run)" not in first, first[-3000:]
+    # the run's bill: the spot cost, what all-dedicated would have cost, the savings (issue 11), and the
+    # emulator's own bill beside it
+    for line in ("bill of this run", "estimated cost     $", "all-dedicated      $", "savings            $"):
+        assert line in first, first[-3000:]
+    assert "emulator's own bill      low-pri-cluster:" in first, first[-3000:]
     jobs = emulator_jobs(demo)
     assert list(jobs) == ["20261129T0000"], jobs.keys()
     first_jobs = {j["name"] for j in jobs["20261129T0000"]}
