@@ -6,7 +6,7 @@ provider degrades and logs, once per process at first use, exactly what is lost
 
 - ``task_state_store`` (3.3): where a task keeps its job chain between tries.
 - trigger ``on_kill`` (3.3): the triggerer's call when a person ends a deferred task.
-- ``conn-fields`` in the provider info (3.3): the connection form's fields for the extras.
+- ``conn-fields`` in the provider info (3.2): the connection form's fields for the extras.
 
 Also the names the task SDK moved between versions (``AirflowException``, ``Stats``), imported from
 where this version has them. Importing this module is cheap: nothing of Airflow at module level.
@@ -36,10 +36,11 @@ LOSSES: dict[str, str] = {
         "bills) until it ends, and a cleared task's next try attaches to it instead of cancelling it."
     ),
     "conn_fields": (
-        "Airflow {version} does not read conn-fields from the provider info (Airflow 3.3): the azure_ml "
-        "connection form shows no fields for subscription_id, resource_group, workspace_name, tenant_id, "
-        "cloud, ca_bundle and the other extras; put them in the Extra field as JSON (same keys). The "
-        "connection works the same."
+        "Airflow {version} does not read conn-fields or ui-field-behaviour from the provider info (Airflow "
+        "3.2): the azure_ml connection form shows no fields for subscription_id, resource_group, "
+        "workspace_name, tenant_id, cloud, ca_bundle and the other extras, and keeps the standard fields "
+        "unlabelled (Login is the client id, Password the client secret); put the extras in the Extra field "
+        "as JSON (same keys). The connection works the same."
     ),
 }
 
@@ -75,10 +76,17 @@ def has_trigger_on_kill() -> bool:
 
 @functools.cache
 def has_conn_fields() -> bool:
-    """Airflow 3.3.0's providers manager first builds the connection form from ``conn-fields`` (earlier
-    versions accept the key, their schema leaves connection types open, and ignore it)."""
-    major, minor = (int(part) for part in airflow_version().split(".")[:2])
-    return (major, minor) >= (3, 3)
+    """Airflow 3.2's providers manager first builds the connection form from the provider info's
+    ``conn-fields`` and ``ui-field-behaviour`` (3.1 accepts both keys and ignores them). Read from its
+    source, not imported: the check runs inside ``get_provider_info``."""
+    spec = importlib.util.find_spec("airflow.providers_manager")
+    if spec is None or not spec.origin:
+        return False
+    try:
+        with open(spec.origin, encoding="utf-8") as source:
+            return '"conn-fields"' in source.read()
+    except OSError:
+        return False
 
 
 _warned: set[str] = set()

@@ -8,6 +8,13 @@ from types import ModuleType
 import pytest
 
 
+def conn_id(path: object) -> str | None:
+    """The path's connection id: an attribute from Airflow 3.2 (universal-pathlib 0.3), a storage option in 3.1."""
+    if hasattr(path, "conn_id"):
+        return path.conn_id  # type: ignore[attr-defined]
+    return path.storage_options.get("conn_id")  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def ep() -> ModuleType:
     """The DAGs' shared module, importable as Airflow makes it (tests/conftest.py puts the DAG folder on the path)."""
@@ -21,7 +28,7 @@ def test_airflow_alone_reads_the_container_as_a_connection_id() -> None:
     from airflow.sdk import ObjectStoragePath
 
     naive = ObjectStoragePath("abfs://data@myaccount.dfs.core.windows.net/scoring")
-    assert naive.conn_id == "data"
+    assert conn_id(naive) == "data"
     assert "myaccount" not in str(naive)  # the account is gone
 
 
@@ -31,7 +38,7 @@ def test_the_azure_form_names_container_path_and_the_storage_connection(
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "abfs://data@myaccount.dfs.core.windows.net/blobstore/")
     monkeypatch.setenv("AZUREML_STORAGE_CONN_ID", "my_adls")
     path = ep.storage("scoring/input/x")
-    assert path.conn_id == "my_adls"
+    assert conn_id(path) == "my_adls"
     assert path.protocol == "abfs"
     assert path.bucket == "data"
     assert path.key == "blobstore/scoring/input/x"
@@ -41,7 +48,7 @@ def test_abfss_and_no_prefix(ep: ModuleType, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "abfss://data@myaccount.dfs.core.windows.net")
     monkeypatch.setenv("AZUREML_STORAGE_CONN_ID", "my_adls")
     path = ep.storage("a/b")
-    assert (path.protocol, path.bucket, path.key, path.conn_id) == ("abfss", "data", "a/b", "my_adls")
+    assert (path.protocol, path.bucket, path.key, conn_id(path)) == ("abfss", "data", "a/b", "my_adls")
 
 
 def test_the_azure_form_without_a_storage_connection_is_a_clear_error(
@@ -60,8 +67,8 @@ def test_airflow_s_own_form_and_local_folders_pass_through(
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "abfs://my_adls@data/blobstore")
     monkeypatch.delenv("AZUREML_STORAGE_CONN_ID", raising=False)
     path = ep.storage("a")
-    assert (path.conn_id, path.bucket, path.key) == ("my_adls", "data", "blobstore/a")
+    assert (conn_id(path), path.bucket, path.key) == ("my_adls", "data", "blobstore/a")
 
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
     local = ep.storage("a/b.txt")
-    assert local.conn_id is None and local.path == f"{tmp_path}/a/b.txt"
+    assert conn_id(local) is None and local.path == f"{tmp_path}/a/b.txt"
