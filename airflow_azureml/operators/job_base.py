@@ -914,7 +914,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """What this job showed of the spot cluster goes to its shared history, once per job.
 
         Only what a wait observed counts: a job with no compute reading adds nothing. Its hours are
-        from the first compute reading of its wait (queued, nodes preparing) to the wait's end.
+        the time its waits saw it Running, or, when no poll caught it Running, from the first compute
+        reading of its wait to the wait's end.
         """
         from airflow_azureml import cost, spot_history_store
 
@@ -929,7 +930,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         on_spot = "low_priority" in tiers
         job_usage = {**usage, "spans": spans}
         wall = sum(max(0.0, (s.get("end") or s["points"][-1][0]) - s["points"][0][0]) for s in spans) / 3600.0
-        hours = max(self._held_hours(state, snapshot.name), wall)
+        held = self._held_hours(state, snapshot.name)
+        hours = held if held > 0 else wall  # seen Running: from then (queue time is no exposure); else the wait
         evicted = float(sum(cost.evictions(job_usage).values())) if on_spot else 0.0
         node_hours = sum(sum(v.values()) for v in cost.integrate(job_usage).values()) / 3600.0 if on_spot else 0.0
         history, known = spot_history_store.load(variable)
