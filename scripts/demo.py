@@ -101,6 +101,17 @@ class Control:
         response.raise_for_status()
         return response.json()
 
+    def requests(self, since: float) -> list[dict[str, Any]]:
+        """The emulator's request log since ``since`` (epoch seconds): who read what, and when."""
+        response = self.session.get(
+            f"{self.info['base_url']}/_emulator/requests",
+            params={"since": since, "last": 100000},
+            headers=self._headers(),
+            timeout=10,
+        )
+        response.raise_for_status()
+        return response.json()
+
     def preempt(self, cluster: str) -> None:
         self.session.post(
             f"{self.info['base_url']}/_emulator/clusters/{cluster}/preempt",
@@ -114,12 +125,29 @@ def preempt_once_mid_run(control: Control, done: threading.Event, seen: list[str
     while not done.is_set():
         running = [j for j in control.jobs() if j["compute"] == CLUSTER and j["status"] == "Running"]
         if running:
-            # Let the wait (1 s polls) read the cluster's gauge while the job runs, and let a few
-            # mini-batches finish: the evidence of a preemption is a rise seen while the job ran.
-            time.sleep(1.6)
+            # The evidence of a preemption is a rise of the cluster's gauge seen while the job ran: wait
+            # until the job's wait has polled it Running and read the cluster after that poll (its polls
+            # back off while the job is queued, so a fixed pause is not enough), then let a few
+            # mini-batches finish.
+            wait_until_sampled(control, running[0]["name"], since=time.time(), timeout=60)
+            time.sleep(0.5)
             control.preempt(CLUSTER)
             seen.append(running[0]["name"])
             print(f"  >> emulator: preempted the whole low-priority cluster while {running[0]['name']} was running")
+            return
+        time.sleep(0.1)
+
+
+def wait_until_sampled(control: Control, job: str, since: float, timeout: float) -> None:
+    """Until a read of ``job`` (its GET, or the triggerer's job LIST) after ``since`` is followed by a read
+    of the cluster: the wait then holds a gauge sample taken while the job ran (or ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = control.requests(since)
+        reads = [r["t"] for r in log if r["method"] == "GET" and r["path"].endswith((f"/jobs/{job}", "/jobs"))]
+        if reads and any(
+            r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > reads[0] for r in log
+        ):
             return
         time.sleep(0.1)
 
