@@ -29,6 +29,8 @@ from airflow_azureml.emulator.azure_rules import (
     from_compute_entry,
 )
 from airflow_azureml.emulator.billing import Ledger
+from airflow_azureml.emulator.blobs import BlobStore
+from airflow_azureml.emulator.codes import CodeAssets
 from airflow_azureml.emulator.kubernetes import KubeCluster
 from airflow_azureml.emulator.models import (
     ACTIVE_JOB_STATES,
@@ -46,6 +48,7 @@ from airflow_azureml.emulator.models import (
 )
 from airflow_azureml.emulator.pricing import PriceBook, PriceError
 from airflow_azureml.emulator.scoring import ScoringRegistry
+from airflow_azureml.emulator.scoring.script import ScriptScorer
 
 log = logging.getLogger(__name__)
 #: ``azureml://datastores/<name>/paths/<path>`` and the long form with the workspace's ARM scope before it.
@@ -140,6 +143,9 @@ class Workspace:
         self.models: dict[str, dict[str, dict[str, Any]]] = {}
         self.environments: dict[tuple[str, str], TrackedResource] = {}  # (name, version) -> environment version
         self.scoring = ScoringRegistry()
+        self.blobs = BlobStore(data_dir / "blobs")  # the workspace's storage account (emulator.blobs)
+        self.codes = CodeAssets(self.blobs)  # code versions, uploaded there (emulator.codes)
+        self.scripts: dict[str, ScriptScorer] = {}  # job -> its deployment's own scoring script, while it runs
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
         # Test control, not an Azure behaviour: a Running job on a held cluster keeps its nodes but takes no
         # work (and a command job does not end) until it is released, so that a test's fault lands while the
@@ -309,6 +315,9 @@ class Workspace:
         model_name = _model_name_from_asset(asset)
         if model_name and model_name not in self.models:
             raise EmulatorError(400, "UserError", f"Model {model_name!r} is not registered")
+        code_id = (props.get("codeConfiguration") or {}).get("codeId")
+        if code_id and self.codes.folder(code_id) is None:
+            raise EmulatorError(400, "UserError", f"Code {code_id!r} was not found in the workspace")
         if compute.compute_type == "Kubernetes":
             type_name = resources.get("instanceType") or DEFAULT_NAME
             itype = self.check_instance_type(compute, resources.get("instanceType"))
@@ -657,6 +666,9 @@ class Workspace:
         finally:
             for task in list(workers):
                 task.cancel()
+            script = self.scripts.pop(job.name, None)
+            if script is not None:
+                script.close()
             self._release(self.computes.get(job.compute), job)
 
     async def _batch_body(
@@ -708,7 +720,7 @@ class Workspace:
             ready = [n for n in mine if n.state in ("idle", "running")]
             if ready and scorer is None:
                 # init() runs on the nodes: an import error or a raising init() fails the job
-                scorer = await asyncio.to_thread(self.scoring.load, self._model_of(job))
+                scorer = await self._load_scorer(job, settings)
             if ready and job.status == "Queued":
                 self._now_running(job)
             # evicted nodes: put their unfinished mini-batches back in the queue
@@ -779,6 +791,29 @@ class Workspace:
         self._end_job(
             job, "Failed", error={"code": "UserError", "message": RUNNER_FAILED_MESSAGE.format(detail=detail)}
         )
+
+    async def _load_scorer(self, job: Job, settings: _BatchSettings) -> Any:
+        """The deployment's own scoring script (its uploaded code) if it has one, else the model's built-in one."""
+        dep = self.deployments.get((job.endpoint or "", job.deployment or ""))
+        code = ((dep.body if dep else {}).get("properties") or {}).get("codeConfiguration") or {}
+        folder = self.codes.folder(code.get("codeId") or "") if code.get("codeId") else None
+        if folder is None:
+            return await asyncio.to_thread(self.scoring.load, self._model_of(job))
+        model = self._model_of(job)
+        versions = self.models.get(model) or {}
+        uri = versions[max(versions, key=_version_number)]["modelUri"] if versions else ""
+        model_dir = self.resolve_uri(uri) if uri else self.data_dir / "models" / model
+        model_dir.mkdir(parents=True, exist_ok=True)
+        script = ScriptScorer(
+            folder,
+            str(code.get("scoringScript") or ""),
+            model_dir=model_dir,
+            work_dir=self.data_dir / "job-runs" / job.name,
+            timeout=settings.timeout,
+        )
+        self.scripts[job.name] = script
+        await asyncio.to_thread(script.start)
+        return script
 
     def _model_of(self, job: Job) -> str:
         dep = self.deployments.get((job.endpoint or "", job.deployment or ""))
@@ -1033,6 +1068,10 @@ class _BatchSettings:
                 "errorThreshold", invoke.get("errorThreshold"), dep.get("errorThreshold"), -1, -1
             ),
         )
+
+
+def _version_number(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (-1, version)
 
 
 def _output_file_name(value: Any) -> str:

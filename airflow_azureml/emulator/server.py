@@ -20,7 +20,9 @@ from urllib.parse import quote
 from aiohttp import web
 
 from airflow_azureml.emulator.api_versions import ApiVersionCheck, api_version_middleware
+from airflow_azureml.emulator.blobs import blob_app
 from airflow_azureml.emulator.certs import ensure_self_signed_cert, make_private, write_private
+from airflow_azureml.emulator.codes import CodeRoutes
 from airflow_azureml.emulator.faults import FaultPlan, FaultRule
 from airflow_azureml.emulator.identity import (
     KUBERNETES_AUDIENCE,
@@ -94,6 +96,7 @@ class Emulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+        self._blob_runner: web.AppRunner | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self.base_url = ""
@@ -143,6 +146,8 @@ class Emulator:
         loop.run_until_complete(self.workspace.shutdown())
         if self._runner is not None:
             loop.run_until_complete(self._runner.cleanup())
+        if self._blob_runner is not None:
+            loop.run_until_complete(self._blob_runner.cleanup())
         loop.close()
 
     async def _start_site(self, ssl_ctx: ssl.SSLContext) -> None:
@@ -172,10 +177,18 @@ class Emulator:
         check = self.audience_check
         add_identity_routes(app, self.identity, self.base_url, lambda: check.arm | check.ml | check.kubernetes)
         self.routes.add_to(app)
+        CodeRoutes(self.workspace.codes, self.routes).add_to(app)
         KubernetesRoutes(self.workspace, kubeconfig_writer=self._write_kubeconfig).add_to(app)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         await web.SockSite(self._runner, sock, ssl_context=ssl_ctx, backlog=2048).start()
+        # the storage account (emulator.blobs): its own plain-HTTP port, path-style, as Azurite serves it
+        self._blob_runner = web.AppRunner(blob_app(self.workspace.blobs, self.request_log), access_log=None)
+        await self._blob_runner.setup()
+        blob_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        blob_sock.bind(("127.0.0.1", 0))
+        self.workspace.blobs.base_url = f"http://127.0.0.1:{blob_sock.getsockname()[1]}"
+        await web.SockSite(self._blob_runner, blob_sock, backlog=256).start()
 
     def stop(self) -> None:
         if self._loop is not None and self._loop.is_running():

@@ -1,0 +1,360 @@
+"""The workspace's storage account, as the SDK's code upload reaches it: Azure Blob REST, path-style.
+
+``startPendingUpload`` (``emulator.codes``) hands out a container-level SAS URL, and azure-ai-ml's
+``BlobStorageClient`` (azure-storage-blob) uploads a code folder there. It sends exactly these requests,
+so they are all this module serves:
+
+- Get Blob Properties (``HEAD``) of the folder's first file: is it uploaded and confirmed already?
+- Put Blob (``PUT`` with ``x-ms-blob-type: BlockBlob``), ``If-None-Match: *`` unless it overwrites a
+  partial upload, ``Content-MD5`` for a non-empty file; Put Block / Put Block List for a file above the
+  client's single-put size (64 MiB);
+- Set Blob Metadata (``PUT ?comp=metadata``): the upload confirmation on the first file;
+- Get Blob (``GET``, ``x-ms-range``), used by ``ml_client.code.download``.
+
+An IP host makes azure-storage-blob address blobs path-style, ``http://127.0.0.1:<port>/<account>/<container>/<blob>``,
+as it does for Azurite. Served over plain HTTP on its own port, as Azurite is by default: the SDK builds
+its storage client from the SAS URL alone, without MLClient's ``connection_verify``, so it would refuse
+the emulator's self-signed certificate. Status codes, error codes and headers follow the Blob service
+REST reference ("Put Blob", "Get Blob Properties", "Set Blob Metadata", "Put Block", "Put Block List",
+"Blob service error codes"). Every request needs a SAS the emulator issued for that container.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import secrets
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+ACCOUNT = "emulatorstore"  # the workspace's storageAccount (routes.workspace_json)
+SERVICE_VERSION = "2025-11-05"  # x-ms-version the service answers with
+SAS_PERMISSIONS = "rwl"  # swagger BlobReferenceForConsumptionDto: "Container level read, write, list SAS"
+SAS_LIFETIME = dt.timedelta(hours=1)
+_MESSAGES = {
+    "BlobNotFound": "The specified blob does not exist.",
+    "ContainerNotFound": "The specified container does not exist.",
+    "BlobAlreadyExists": "The specified blob already exists.",
+    "Md5Mismatch": "The MD5 value specified in the request did not match with the MD5 value calculated by the server.",
+    "InvalidBlockList": "The specified block list is invalid.",
+    "InvalidUri": "The requested URI does not represent any resource on the server.",
+    "AuthenticationFailed": "Server failed to authenticate the request. Make sure the value of Authorization "
+    "header is formed correctly including the signature.",
+    "AuthorizationPermissionMismatch": "This request is not authorized to perform this operation using this "
+    "permission.",
+    "PublicAccessNotPermitted": "Public access is not permitted on this storage account.",
+    "UnsupportedHttpVerb": "The resource doesn't support specified Http Verb.",
+    "InvalidRange": "The range specified is invalid for the current size of the resource.",
+}
+
+
+def _http_date(when: dt.datetime) -> str:
+    return format_datetime(when, usegmt=True)
+
+
+@dataclass
+class Blob:
+    path: Path  # where its bytes are
+    etag: str
+    created: dt.datetime
+    modified: dt.datetime
+    size: int
+    content_md5: str  # base64, as Content-MD5 carries it
+    content_type: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Container:
+    name: str
+    sas_signature: str
+    expires: dt.datetime
+    blobs: dict[str, Blob] = field(default_factory=dict)
+    blocks: dict[str, dict[str, bytes]] = field(default_factory=dict)  # blob -> uncommitted block id -> bytes
+
+
+class BlobError(Exception):
+    def __init__(self, status: int, code: str) -> None:
+        super().__init__(code)
+        self.status = status
+        self.code = code
+
+
+class BlobStore:
+    """Containers of the workspace's storage account, their blobs under ``root/<container>/``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.containers: dict[str, Container] = {}
+        self.base_url = ""  # http://127.0.0.1:<port>, set when the blob site starts
+        self.request_log: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ control
+    def create_container(self, name: str | None = None) -> Container:
+        """A new container with a read/write/list SAS (what one ``startPendingUpload`` hands out)."""
+        name = name or str(uuid.uuid4())
+        container = Container(
+            name=name, sas_signature=secrets.token_urlsafe(32), expires=dt.datetime.now(dt.timezone.utc) + SAS_LIFETIME
+        )
+        self.containers[name] = container
+        (self.root / name).mkdir(parents=True, exist_ok=True)
+        return container
+
+    def container_url(self, container: Container) -> str:
+        return f"{self.base_url}/{ACCOUNT}/{container.name}"
+
+    def sas_url(self, container: Container) -> str:
+        expiry = container.expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+        query = {"sv": SERVICE_VERSION, "sr": "c", "sp": SAS_PERMISSIONS, "se": expiry, "spr": "https,http"}
+        query["sig"] = container.sas_signature
+        return f"{self.container_url(container)}?{urlencode(query)}"
+
+    def folder(self, url: str) -> Path | None:
+        """The local folder behind ``<base_url>/<account>/<container>/<prefix>`` (a code version's codeUri)."""
+        prefix = f"{self.base_url}/{ACCOUNT}/"
+        if not self.base_url or not url.startswith(prefix):
+            return None
+        container, _, rest = url[len(prefix) :].split("?", 1)[0].partition("/")
+        if container not in self.containers:
+            return None
+        path = self._path(container, rest.strip("/")) if rest.strip("/") else self.root / container
+        return path if path.is_dir() else None
+
+    def blob_names(self, container: str) -> list[str]:
+        return sorted(self.containers[container].blobs) if container in self.containers else []
+
+    # ------------------------------------------------------------------ helpers
+    def _path(self, container: str, name: str) -> Path:
+        parts = name.split("/")
+        if not name or any(p in ("", ".", "..") for p in parts):
+            raise BlobError(400, "InvalidUri")
+        return self.root / container / Path(*parts)
+
+    def _authorize(self, request: web.Request, container: Container | None, permission: str) -> None:
+        signature = request.query.get("sig")
+        if not signature and "Authorization" not in request.headers:
+            raise BlobError(409, "PublicAccessNotPermitted")
+        if container is None:  # an unknown container: a SAS cannot be valid for it
+            raise BlobError(403, "AuthenticationFailed")
+        if signature != container.sas_signature or dt.datetime.now(dt.timezone.utc) >= container.expires:
+            raise BlobError(403, "AuthenticationFailed")
+        if permission not in request.query.get("sp", ""):
+            raise BlobError(403, "AuthorizationPermissionMismatch")
+
+    def _store(self, container: Container, name: str, data: bytes, request: web.Request) -> Blob:
+        path = self._path(container.name, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        now = dt.datetime.now(dt.timezone.utc)
+        old = container.blobs.get(name)
+        blob = Blob(
+            path=path,
+            etag=f'"0x{uuid.uuid4().hex[:15].upper()}"',
+            created=old.created if old else now,
+            modified=now,
+            size=len(data),
+            content_md5=base64.b64encode(hashlib.md5(data).digest()).decode(),
+            content_type=request.headers.get("x-ms-blob-content-type") or "application/octet-stream",
+            metadata=_metadata(request),
+        )
+        container.blobs[name] = blob
+        return blob
+
+    # ------------------------------------------------------------------ operations
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["account"] != ACCOUNT:
+            # another account's host name would not even resolve; an unknown one here is a 400
+            raise BlobError(400, "InvalidUri")
+        container = self.containers.get(request.match_info["container"])
+        name = request.match_info["blob"]
+        comp = request.query.get("comp")
+        if request.method == "HEAD":
+            self._authorize(request, container, "r")
+            return self._properties(self._blob(container, name), head=True)
+        if request.method == "GET":
+            self._authorize(request, container, "r")
+            return self._download(request, self._blob(container, name))
+        if request.method != "PUT":
+            if request.method == "DELETE":
+                self._authorize(request, container, "d")
+            raise BlobError(405, "UnsupportedHttpVerb")
+        self._authorize(request, container, "w")
+        assert container is not None
+        body = await request.read()
+        if comp == "metadata":
+            blob = self._blob(container, name)
+            blob.metadata = _metadata(request)
+            blob.modified = dt.datetime.now(dt.timezone.utc)
+            blob.etag = f'"0x{uuid.uuid4().hex[:15].upper()}"'
+            return self._answer(200, {**_stamp(blob), "x-ms-request-server-encrypted": "true"})
+        if comp == "block":
+            _check_md5(request, body)
+            block_id = request.query.get("blockid", "")
+            if not block_id:
+                raise BlobError(400, "InvalidUri")
+            self._path(container.name, name)
+            container.blocks.setdefault(name, {})[block_id] = body
+            headers = {"Content-MD5": _md5(body), "x-ms-request-server-encrypted": "true"}
+            return self._answer(201, headers)
+        if comp == "blocklist":
+            self._precondition(request, container, name)
+            staged = container.blocks.get(name, {})
+            try:
+                ids = [el.text or "" for el in ET.fromstring(body)]
+            except ET.ParseError:
+                raise BlobError(400, "InvalidBlockList") from None
+            if any(i not in staged for i in ids):
+                raise BlobError(400, "InvalidBlockList")
+            blob = self._store(container, name, b"".join(staged[i] for i in ids), request)
+            if request.headers.get("x-ms-blob-content-md5"):
+                blob.content_md5 = request.headers["x-ms-blob-content-md5"]
+            container.blocks.pop(name, None)
+            return self._answer(201, {**_stamp(blob), "x-ms-request-server-encrypted": "true"})
+        if comp is not None:
+            raise BlobError(400, "InvalidUri")
+        if request.headers.get("x-ms-blob-type") != "BlockBlob":
+            raise BlobError(400, "InvalidUri")
+        _check_md5(request, body)
+        self._precondition(request, container, name)
+        blob = self._store(container, name, body, request)
+        headers = {**_stamp(blob), "Content-MD5": blob.content_md5, "x-ms-request-server-encrypted": "true"}
+        return self._answer(201, headers)
+
+    def _precondition(self, request: web.Request, container: Container, name: str) -> None:
+        if request.headers.get("If-None-Match") == "*" and name in container.blobs:
+            raise BlobError(409, "BlobAlreadyExists")
+
+    def _blob(self, container: Container | None, name: str) -> Blob:
+        if container is None:
+            raise BlobError(404, "ContainerNotFound")
+        self._path(container.name, name)
+        blob = container.blobs.get(name)
+        if blob is None:
+            raise BlobError(404, "BlobNotFound")
+        return blob
+
+    def _properties(self, blob: Blob, *, head: bool) -> web.Response:
+        headers = {
+            **_stamp(blob),
+            "x-ms-creation-time": _http_date(blob.created),
+            "x-ms-blob-type": "BlockBlob",
+            "Content-Type": blob.content_type,
+            "Content-MD5": blob.content_md5,
+            "Accept-Ranges": "bytes",
+            "x-ms-lease-status": "unlocked",
+            "x-ms-lease-state": "available",
+            "x-ms-server-encrypted": "true",
+            **{f"x-ms-meta-{k}": v for k, v in blob.metadata.items()},
+        }
+        if head:
+            headers["x-ms-access-tier"] = "Hot"
+            headers["x-ms-access-tier-inferred"] = "true"
+            headers["Content-Length"] = str(blob.size)
+        return self._answer(200, headers)
+
+    def _download(self, request: web.Request, blob: Blob) -> web.Response:
+        data = blob.path.read_bytes()
+        wanted = request.headers.get("x-ms-range") or request.headers.get("Range")
+        response = self._properties(blob, head=False)
+        if not wanted:
+            response.body = data
+            return response
+        try:
+            start_text, _, end_text = wanted.split("=", 1)[1].partition("-")
+            start = int(start_text)
+            end = min(int(end_text) if end_text else len(data) - 1, len(data) - 1)
+        except (IndexError, ValueError):
+            start, end = 0, len(data) - 1
+        if start >= len(data) and len(data) > 0:
+            raise BlobError(416, "InvalidRange")
+        response.set_status(206)
+        response.headers["Content-Range"] = f"bytes {start}-{max(end, start)}/{len(data)}"
+        response.headers.pop("Content-MD5", None)  # the blob's MD5 is not the range's
+        response.body = data[start : end + 1]
+        return response
+
+    def _answer(self, status: int, headers: dict[str, str]) -> web.Response:
+        return web.Response(status=status, headers={**_common(), **headers})
+
+
+def _common() -> dict[str, str]:
+    return {
+        "x-ms-request-id": str(uuid.uuid4()),
+        "x-ms-version": SERVICE_VERSION,
+        "Date": _http_date(dt.datetime.now(dt.timezone.utc)),
+        "Server": "Windows-Azure-Blob/1.0 Microsoft-HTTPAPI/2.0",
+    }
+
+
+def _stamp(blob: Blob) -> dict[str, str]:
+    return {"ETag": blob.etag, "Last-Modified": _http_date(blob.modified)}
+
+
+def _md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def _check_md5(request: web.Request, body: bytes) -> None:
+    sent = request.headers.get("Content-MD5")
+    if sent is not None and sent != _md5(body):
+        raise BlobError(400, "Md5Mismatch")
+
+
+def _metadata(request: web.Request) -> dict[str, str]:
+    return {k[len("x-ms-meta-") :]: v for k, v in request.headers.items() if k.lower().startswith("x-ms-meta-")}
+
+
+def error_response(exc: BlobError, method: str) -> web.Response:
+    """The Blob service's error: ``x-ms-error-code`` always, and an XML body except for ``HEAD``."""
+    headers = {**_common(), "x-ms-error-code": exc.code}
+    if method == "HEAD":
+        return web.Response(status=exc.status, headers=headers)
+    request_id = headers["x-ms-request-id"]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.0000000Z", time.gmtime())
+    message = f"{_MESSAGES.get(exc.code, exc.code)}\nRequestId:{request_id}\nTime:{stamp}"
+    root = ET.Element("Error")
+    ET.SubElement(root, "Code").text = exc.code
+    ET.SubElement(root, "Message").text = message
+    body = b'\xef\xbb\xbf<?xml version="1.0" encoding="utf-8"?>' + ET.tostring(root)
+    return web.Response(status=exc.status, headers=headers, body=body, content_type="application/xml")
+
+
+def blob_app(store: BlobStore, request_log: list[dict[str, Any]]) -> web.Application:
+    """The storage account's HTTP app; its requests also go to the emulator's request log."""
+
+    @web.middleware
+    async def log(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        entry: dict[str, Any] = {
+            "t": time.time(),
+            "method": request.method,
+            "path": request.path,
+            "query": {k: v for k, v in request.query.items() if k != "sig"},  # a SAS signature is a secret
+            "ua": request.headers.get("User-Agent", ""),
+            "plane": "blob",
+        }
+        request_log.append(entry)
+        store.request_log.append(entry)
+        try:
+            response = await handler(request)
+        except BlobError as exc:
+            response = error_response(exc, request.method)
+        except web.HTTPException as exc:
+            response = error_response(BlobError(exc.status, "InvalidUri"), request.method)
+        entry["status"] = response.status
+        return response
+
+    app = web.Application(middlewares=[log], client_max_size=256 * 1024**2)
+    app.router.add_route("*", "/{account}/{container}/{blob:.+}", store.handle)
+    return app
