@@ -9,8 +9,9 @@ named after its content hash:
    "TemporaryBlobReference"}``): the service answers where to upload, a container-level SAS
    (swagger 2024-10-01 ``PendingUploadResponseDto``); the SDK uploads there (``emulator.blobs``).
 3. ``PUT .../codes/{name}/versions/{version}`` with ``codeUri`` (the uploaded folder) and the hash in
-   ``properties``. Versions are create-only, as environment versions are: the same body again is a
-   200, another ``codeUri`` under an existing version a 409.
+   ``properties``. Versions are create-only: the same body again is a 200, another ``codeUri`` under
+   an existing version ``400 UserError`` "Asset paths cannot be updated." (the text azure-ai-ml turns
+   into its ``AssetPathException``, ``_artifacts/_constants.ASSET_PATH_ERROR``).
 
 The deployment then names the version by ARM id (``codeConfiguration.codeId``), and its jobs run the
 scoring script from the uploaded copy (``emulator.scoring.script``).
@@ -67,11 +68,8 @@ class CodeAssets:
             code = self.versions[(name, version)] = CodeVersion(name=name, version=version, properties=props)
             return code, True
         changed = [k for k in _DEFINITION if existing.properties.get(k) != props.get(k, existing.properties.get(k))]
-        if changed:
-            raise CodeConflict(
-                f"Code {name}:{version} already exists with another {', '.join(changed)}; "
-                "a code version cannot be changed, create a new version."
-            )
+        if changed:  # the service's words, as azure-ai-ml matches them (_artifacts/_constants.ASSET_PATH_ERROR)
+            raise CodeConflict("Asset paths cannot be updated.")
         existing.properties.update({k: props[k] for k in _MUTABLE if k in props})
         existing.modified = utcnow()
         return existing, False
@@ -159,7 +157,7 @@ class CodeRoutes:
             try:
                 code, created = self.codes.put(name, version, body)
             except CodeConflict as exc:
-                return _error(409, "UserError", str(exc))
+                return _error(400, "UserError", str(exc))
             return web.json_response(self._json(code), status=201 if created else 200)
         return web.Response(status=405)
 

@@ -120,15 +120,19 @@ ENVIRONMENT_TAG = "airflow_azureml.environment_sha256"  # the documented tag nam
 def inline_project(root: Path) -> Path:
     """The seed deployment with an inline environment: an image and a conda file beside the YAML.
 
-    No local code folder: the SDK uploads one to the workspace's blob storage, which the emulator does not
-    serve; tests/unit/test_specs.py covers the code fingerprint.
+    The seed's code folder is left out here (tests/integration/test_code_deployment.py covers local code).
     """
+    import yaml
+
     root.mkdir(parents=True, exist_ok=True)
     (root / "conda.yml").write_text(CONDA)
-    text = (SEED / "deployment.yml").read_text()
-    text += "environment:\n  image: mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest\n"
-    text += "  conda_file: conda.yml\n"
-    (root / "deployment.yml").write_text(text)
+    seed = yaml.safe_load((SEED / "deployment.yml").read_text())
+    seed.pop("code_configuration", None)
+    seed["environment"] = {
+        "image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest",
+        "conda_file": "conda.yml",
+    }
+    (root / "deployment.yml").write_text(yaml.safe_dump(seed, sort_keys=False))
     return root / "deployment.yml"
 
 

@@ -271,11 +271,18 @@ def test_instance_type_on_amlcompute_command_job_is_an_error() -> None:
 
 # ---------------------------------------------------------------- every real change updates (issue 9, §6)
 def _read_back(**override: object) -> object:
-    """A ``BatchDeployment`` as ``ml.batch_deployments.get`` returns the seed deployment (ARM ids, flat settings)."""
-    from azure.ai.ml.entities import BatchDeployment, BatchRetrySettings, ResourceConfiguration
+    """A ``BatchDeployment`` as ``ml.batch_deployments.get`` returns the seed deployment (ARM ids, flat settings).
+
+    The seed ships its scoring script and environment: the service returns them as an uploaded code version and
+    an anonymous environment, with the fingerprint tags the operator wrote.
+    """
+    from azure.ai.ml.entities import BatchDeployment, BatchRetrySettings, CodeConfiguration, ResourceConfiguration
 
     ws = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.MachineLearningServices/workspaces/ws"
     values: dict = {
+        "environment": f"{ws}/environments/CliV2AnonymousEnvironment/versions/1",
+        "code_configuration": CodeConfiguration(code=f"{ws}/codes/c0de/versions/1", scoring_script="score.py"),
+        "tags": dict(DeploymentSpec.from_yaml(SEED / "deployment.yml").fingerprints),
         "name": "classifier-xgboost",
         "endpoint_name": "heart-classifier-batch",
         "model": f"{ws}/models/heart-classifier/versions/1",
@@ -335,6 +342,7 @@ def test_environment_and_code_configuration_are_compared() -> None:
     have = _read_back(
         environment=f"{ws}/environments/sklearn-env/versions/1",
         code_configuration=CodeConfiguration(code=f"{ws}/codes/abc/versions/1", scoring_script="score.py"),
+        tags=None,  # registered code and environment: written without fingerprints
     )
     base = {"model": "azureml:heart-classifier:1", "environment": "azureml:sklearn-env:1"}
     same = DeploymentSpec.from_any(
@@ -592,7 +600,11 @@ def test_the_entity_sent_carries_the_fingerprint_tags_and_the_yaml_tags(tmp_path
 
 
 def test_registered_code_and_environment_need_no_fingerprint() -> None:
-    spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    spec = DeploymentSpec(
+        **GOOD_DEPLOYMENT,
+        environment="azureml:sklearn-env:1",
+        code_configuration={"code": "azureml:abc:1", "scoring_script": "score.py"},
+    )
     assert dict(spec.fingerprints) == {}
     assert spec.to_entity().tags in (None, {})
 
