@@ -152,6 +152,7 @@ class Workspace:
         # job runs, with its work still ahead, however loaded the machine is.
         self.held_clusters: set[str] = set()
         self.released_jobs: set[str] = set()
+        self.held_preemptions: dict[str, tuple[int | None, set[str], str]] = {}  # see preempt_cluster
         self.behaviour = Behaviour()
         self.prices = PriceBook()
         self.billing = Ledger(self.prices)  # the emulator's own bill (control API only), fed by _billed()
@@ -921,8 +922,13 @@ class Workspace:
             compute.modified = utcnow()
             self._billed(compute)
 
-    def preempt_cluster(self, cluster: str, form: str = "canceled") -> list[str]:
-        """Preempt every node; running jobs end as Canceled (lost capacity) or Failed (PreemptionError)."""
+    def preempt_cluster(self, cluster: str, form: str = "canceled", *, hold_end: bool = False) -> list[str]:
+        """Preempt every node; running jobs end as Canceled (lost capacity) or Failed (PreemptionError).
+
+        ``hold_end`` is a test control, not an Azure behaviour: the jobs that lost their capacity stay as they
+        were (capacity gone) until ``end_held_preemption``, so a test decides how long the service takes to
+        end them, e.g. until the waits have read the gauge up, however loaded the machine is.
+        """
         if form not in ("canceled", "failed"):
             raise EmulatorError(400, "BadRequest", "form must be 'canceled' or 'failed'")
         compute = self._cluster(cluster)
@@ -936,11 +942,24 @@ class Workspace:
             for j in self.jobs.values()
             if j.compute == cluster and j.status in ACTIVE_JOB_STATES and j.name in holders
         }
+        if hold_end:
+            self.held_preemptions[cluster] = (compute.capacity_override, jobs, form)
+            compute.capacity_override = 0  # no replacement node before the jobs end
+            return sorted(jobs)
         delay = self.behaviour.capacity_cancel_after_seconds
         if delay > 0:  # the service ends the jobs a while after their nodes went
             self._spawn(self._lose_capacity_later(compute, jobs, form, delay))
             return sorted(jobs)
         return self._lose_capacity(compute, jobs, form)
+
+    def end_held_preemption(self, cluster: str) -> list[str]:
+        """Test control: end the jobs of a ``preempt_cluster(..., hold_end=True)`` and give the capacity back."""
+        compute = self._cluster(cluster)
+        before, jobs, form = self.held_preemptions.pop(cluster)
+        try:
+            return self._lose_capacity(compute, jobs, form)
+        finally:
+            compute.capacity_override = before
 
     async def _lose_capacity_later(self, compute: Compute, job_names: set[str], form: str, delay: float) -> None:
         # The spot capacity is gone while the service waits to get it back: no replacement node

@@ -5,6 +5,7 @@ Each test runs the example DAG for its own data interval, so results are indepen
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -64,7 +65,25 @@ def run_example(
     if watcher:
         watcher.join(timeout=30)
     e2e.emulator.clear_faults()
+    if state != "success":
+        print(explain_run(e2e, run_id, interval))  # shown by pytest only when the row fails
     return run_id, interval, state
+
+
+def explain_run(e2e: E2E, run_id: str, interval: str) -> str:
+    """What a row's run did, for a failed row: its tasks, its jobs, and the log tail of every try that failed."""
+    lines = [f"run {run_id}:"]
+    for ti in e2e.airflow.task_instances(DAG_ID, run_id):
+        lines.append(f"  {ti['task_id']}[{ti['map_index']}] {ti['state']} try {ti['try_number']}")
+    for job in sorted(e2e.jobs_for(interval), key=lambda j: j.created):
+        lines.append(f"  job {job.name} on {job.compute}: {job.status} {job.created:%H:%M:%S.%f}-{job.ended}")
+    run_logs = e2e.airflow.logs / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+    for log in sorted(run_logs.glob("task_id=*/**/attempt=*.log")):
+        text = log.read_text(errors="replace")
+        if '"level":"error"' in text or "Task failed" in text or "ERROR" in text:
+            lines.append(f"--- {log.relative_to(run_logs)} (last 60 lines)")
+            lines.extend(text.splitlines()[-60:])
+    return "\n".join(lines)
 
 
 def forget_spot_history(e2e: E2E) -> None:
@@ -244,13 +263,33 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
         emulator = e2e.emulator
         gauge_zero_since: list[float] = []  # when the cluster last showed no preempted node
 
-        def preempt_once_every_running_job_sampled() -> str | None:
-            # Preempt only once the wait of EVERY job running on the cluster has read the gauge at 0 (a
-            # read after the job started and after the last preemption's nodes were deallocated): a job
-            # that starts running just before the cluster goes has no sample, and a job first sampled
-            # while the previous preemption's nodes still counted sees the gauge flat (2 -> 2) as its own
-            # nodes go; both are, safely, taken as a person's cancel (docs/operators.md). Checked and
-            # done in one step on the emulator's loop, so no job starts running in between.
+        def read_twice_since(job: Any, since: float) -> bool:
+            """The job's wait read it, then the cluster, twice over, all after ``since``.
+
+            A poll of the job (its GET, or the triggerer's LIST) followed by a read of the cluster is a
+            chance to sample the gauge, but the wait may have used a shared reading taken before it saw
+            the job Running (then rejected), or the read may have been another wait's; the second round
+            leaves no such doubt. A compute read alone is not a gauge sample: the waits also read the
+            compute for the bill while a job is queued.
+            """
+            rounds, want_job = 0, True
+            for r in emulator.request_log:
+                if r["t"] <= since or r["method"] != "GET":
+                    continue
+                if want_job and r["path"].endswith((f"/jobs/{job.name}", "/jobs")):
+                    want_job = False
+                elif not want_job and r["path"].endswith(f"/computes/{CLUSTER}"):
+                    rounds, want_job = rounds + 1, True
+            return rounds >= 2
+
+        def preempt_once_every_running_job_sampled() -> tuple[str, float, list[str]] | None:
+            # Preempt only once the wait of EVERY job running on the cluster has read the gauge at 0 (reads
+            # after the job started and after the last preemption's nodes were deallocated): a job that
+            # starts running just before the cluster goes has no baseline, and a job first sampled while
+            # the previous preemption's nodes still counted sees the gauge flat (2 -> 2) as its own nodes
+            # go; both are, safely, taken as a person's cancel (docs/operators.md). The cluster is held
+            # (its Running jobs take no work), so a job cannot end before its wait has read it; checked
+            # and done in one step on the emulator's loop, so no job starts running in between.
             compute = emulator.workspace.computes[CLUSTER]
             if any(n.state == "preempted" for n in compute.nodes):
                 gauge_zero_since.clear()
@@ -265,49 +304,46 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
             ]  # a job the policy moved to the fallback deployment runs on dedicated compute, never preempted
             fresh = [j for j in running if j.name not in preempted]
 
-            def sampled(job: Any) -> bool:
-                # A read of the job (its GET, or the triggerer's LIST) since then, followed by a read of the
-                # cluster: a compute read alone is not a gauge sample (the waits also read the compute for the
-                # bill while a job is queued, and a deferring task reads it once before it defers).
-                started = job.started.timestamp() if job.started is not None else time.time()
-                since = max(started, gauge_zero_since[0])
-                log = emulator.request_log
-                polls = [
-                    r["t"]
-                    for r in log
-                    if r["method"] == "GET" and r["path"].endswith((f"/jobs/{job.name}", "/jobs")) and r["t"] > since
-                ]
-                return bool(polls) and any(
-                    r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > polls[0]
-                    for r in log
-                )
+            def since(job: Any) -> float:
+                return max(job.started.timestamp() if job.started is not None else time.time(), gauge_zero_since[0])
 
             # and no job is getting nodes (a job with nodes still preparing is cancelled too, unsampled)
             holders = {n.job_name for n in compute.nodes if n.job_name}
-            if not fresh or not all(sampled(j) for j in running) or holders - {j.name for j in running}:
+            if not fresh or not all(read_twice_since(j, since(j)) for j in running):
                 return None
-            emulator.workspace.preempt_cluster(CLUSTER, "canceled")
-            return fresh[0].name
+            if holders - {j.name for j in running}:
+                return None
+            at = time.time()
+            lost = emulator.workspace.preempt_cluster(CLUSTER, "canceled", hold_end=True)
+            return fresh[0].name, at, lost
 
-        for _ in range(2):
-            name = wait_until(lambda: emulator.call(preempt_once_every_running_job_sampled), what="a sampled run")
-            preempted.append(name)
+        emulator.hold_cluster(CLUSTER)
+        try:
+            for _ in range(2):
+                name, at, lost = wait_until(
+                    lambda: emulator.call(preempt_once_every_running_job_sampled), what="a sampled run"
+                )
+                preempted.append(name)
 
-    # Azure sends no message for this cancel: the waits (1 s polls) must see the gauge up while the jobs
-    # still run, so the service takes a plausible while to cancel them (capacity gone meanwhile).
+                # Azure sends no message for this cancel: the service ends the jobs a while after their
+                # nodes went (capacity gone meanwhile); here, once each wait has read the gauge up while its
+                # job still ran (or after 60 s, and the row shows what the provider made of it).
+                def read_up(at: float = at, lost: list[str] = lost) -> bool:
+                    return all(read_twice_since(emulator.workspace.jobs[n], at) for n in lost)
+
+                with contextlib.suppress(TimeoutError):
+                    wait_until(lambda: emulator.call(read_up), timeout=60, what="the waits reading the gauge up")
+                emulator.call(lambda: emulator.workspace.end_held_preemption(CLUSTER))
+        finally:
+            emulator.hold_cluster(CLUSTER, held=False)
+
+    # A preempted node stays in the gauge a while after the cancel (long enough for the waits to read it)
     before = e2e.emulator.behaviour()
-    e2e.emulator.set_behaviour(capacity_cancel_after_seconds=8.0, preempted_node_release_seconds=10.0)
-    timing = e2e.emulator.workspace.timing
-    mini_batch = timing.mini_batch
-    timing.mini_batch = 2.5  # jobs long enough for their waits (1 s polls) to read the gauge twice
+    e2e.emulator.set_behaviour(preempted_node_release_seconds=20.0)
     try:
         _, interval, state = run_example(e2e, "2026-11-06T00:00:00+00:00", during=fault)
     finally:
-        timing.mini_batch = mini_batch
-        e2e.emulator.set_behaviour(
-            capacity_cancel_after_seconds=before["capacity_cancel_after_seconds"],
-            preempted_node_release_seconds=before["preempted_node_release_seconds"],
-        )
+        e2e.emulator.set_behaviour(preempted_node_release_seconds=before["preempted_node_release_seconds"])
     ended = [j for j in e2e.jobs_for(interval) if j.status == "Canceled"]  # every job running on the cluster
     result = e2e.record(
         "whole-cluster preemption twice in a row",
