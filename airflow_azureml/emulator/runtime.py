@@ -802,7 +802,10 @@ class Workspace:
             return await asyncio.to_thread(self.scoring.load, self._model_of(job))
         model = self._model_of(job)
         versions = self.models.get(model) or {}
-        uri = versions[max(versions, key=_version_number)]["modelUri"] if versions else ""
+        asset = str((((dep.body if dep else {}).get("properties") or {}).get("model") or {}).get("assetId") or "")
+        named = asset.rsplit("/versions/", 1)[-1] if "/versions/" in asset else None
+        chosen = named if named in versions else (max(versions, key=_version_number) if versions else None)
+        uri = versions[chosen]["modelUri"] if chosen else ""
         model_dir = self.resolve_uri(uri) if uri else self.data_dir / "models" / model
         model_dir.mkdir(parents=True, exist_ok=True)
         script = ScriptScorer(

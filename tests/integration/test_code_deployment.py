@@ -101,14 +101,21 @@ def test_code_is_uploaded_registered_and_its_script_scores(emulator: Emulator, p
     assert code is not None and code.properties["isAnonymous"] is True
     assert code.properties["properties"]["hash_sha256"]
     blob_requests = [r for r in emulator.requests() if r.get("plane") == "blob"]
-    assert [r["method"] for r in blob_requests] == ["HEAD", "PUT", "PUT"]  # exists?, Put Blob, Set Blob Metadata
+    # exists?, Put Blob of each file (.amlignore, score.py), Set Blob Metadata on the first
+    assert [(r["method"], r["path"].rsplit("/", 1)[-1]) for r in blob_requests] == [
+        ("HEAD", ".amlignore"),
+        ("PUT", ".amlignore"),
+        ("PUT", "score.py"),
+        ("PUT", ".amlignore"),
+    ]
+    assert blob_requests[-1]["query"].get("comp") == "metadata"
     assert all("sig" not in r["query"] for r in blob_requests)  # the SAS signature is never logged
     uploaded = emulator.call(lambda: emulator.workspace.codes.folder(code_id))
     assert (
         uploaded is not None and (uploaded / "score.py").read_bytes() == (project / "score" / "score.py").read_bytes()
     )
     container = uploaded.parent.name
-    blob = emulator.call(lambda: emulator.workspace.blobs.containers[container].blobs["score/score.py"])
+    blob = emulator.call(lambda: emulator.workspace.blobs.containers[container].blobs["score/.amlignore"])
     assert blob.metadata.get("upload_status") == "completed"
     # (b) the job runs the uploaded script: its rows are what run() returns, nothing added or lost
     job = invoke(emulator)
