@@ -110,6 +110,10 @@ def deploy_model(ml: Any, emulator: Emulator, module: str, **settings: Any) -> N
     emulator.register_model("custom-model", "1", module)
     deployment = ml.batch_deployments.get(name=DEPLOYMENT, endpoint_name=ENDPOINT)
     deployment.model = "azureml:custom-model:1"
+    # a model the emulator serves with ``module`` (as an MLflow model: no scoring script of the deployment's own;
+    # the seed ships one, which would run instead: tests/integration/test_code_deployment.py)
+    deployment.code_configuration = None
+    deployment.environment = None
     for key, value in settings.items():
         setattr(deployment.settings if hasattr(deployment, "settings") else deployment, key, value)
     ml.batch_deployments.begin_create_or_update(deployment).result()
