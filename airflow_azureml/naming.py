@@ -14,6 +14,10 @@ from typing import Any
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 
+# The Airflow connection every hook, operator and sensor uses unless told otherwise (defined here, not on
+# the hook, so that a DAG file importing an operator does not import the hook).
+DEFAULT_CONN_ID = "azure_ml_default"
+
 
 def slug(text: str, limit: int) -> str:
     cleaned = _UNSAFE.sub("-", text).strip("-_") or "x"

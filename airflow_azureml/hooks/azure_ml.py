@@ -30,6 +30,7 @@ from airflow_azureml.hooks.connection import (  # noqa: F401
     default_chain_kwargs,
     parse_connection,
 )
+from airflow_azureml.naming import DEFAULT_CONN_ID
 from airflow_azureml.outcomes import ComputeFacts, GaugeEvidence, JobSnapshot
 from airflow_azureml.polling import (
     COMPUTE_READS,
@@ -79,7 +80,7 @@ class AzureMLHook(BaseHook):
     """
 
     conn_name_attr = "azure_ml_conn_id"
-    default_conn_name = "azure_ml_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "azure_ml"
     hook_name = "Azure Machine Learning"
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
 from airflow_azureml.compat import conf
 from airflow_azureml.exceptions import AzureMLError, AzureMLJobQueueTimeoutError
-from airflow_azureml.hooks.azure_ml import AzureMLHook
 from airflow_azureml.links.studio import AzureMLStudioJobLink
+from airflow_azureml.naming import DEFAULT_CONN_ID
 from airflow_azureml.outcomes import GaugeEvidence, JobSnapshot, Outcome, classify, exception_for
 from airflow_azureml.polling import PollingPolicy
-from airflow_azureml.triggers.job import AzureMLJobTrigger
+
+if TYPE_CHECKING:
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
 
 
 class AzureMLJobSensor(BaseSensorOperator):
@@ -33,7 +35,7 @@ class AzureMLJobSensor(BaseSensorOperator):
         self,
         *,
         job_name: str,
-        azure_ml_conn_id: str = AzureMLHook.default_conn_name,
+        azure_ml_conn_id: str = DEFAULT_CONN_ID,
         polling: PollingPolicy | dict[str, Any] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
@@ -46,6 +48,8 @@ class AzureMLJobSensor(BaseSensorOperator):
 
     @cached_property
     def hook(self) -> AzureMLHook:
+        from airflow_azureml.hooks.azure_ml import AzureMLHook  # at run time: a DAG parse never needs it
+
         return AzureMLHook(azure_ml_conn_id=self.azure_ml_conn_id)
 
     def execute(self, context: Any) -> Any:
@@ -56,6 +60,8 @@ class AzureMLJobSensor(BaseSensorOperator):
             return self._finish(context, snapshot)
         if snapshot is None:
             self.log.info("Job %s does not exist yet; waiting for it in the triggerer.", self.job_name)
+        from airflow_azureml.triggers.job import AzureMLJobTrigger  # with Airflow's trigger base: not at parse
+
         self.defer(
             trigger=AzureMLJobTrigger(
                 job_name=self.job_name,

@@ -73,6 +73,8 @@ def test_parsing_the_example_dags_imports_no_execute_time_module() -> None:
     ``benchmarks/dag_parse.py`` measures what that saves; this only checks which modules load.
     """
     execute_time = (
+        "airflow_azureml.hooks.azure_ml",
+        "airflow_azureml.hooks.connection",
         "airflow_azureml.specs",
         "airflow_azureml.instance_types",
         "airflow_azureml.triggers",
@@ -90,7 +92,7 @@ def test_parsing_the_example_dags_imports_no_execute_time_module() -> None:
         f"sys.path.insert(0, {str(REPO / 'dags')!r})\n"
         "import airflow.sdk\n"  # what Airflow loads itself is not ours (3.1's task SDK loads airflow.triggers.base)
         f"ours = [m for m in {execute_time!r} if m not in sys.modules]\n"
-        "import airflow_azureml.operators\n"
+        "import airflow_azureml.operators, airflow_azureml.sensors\n"
         f"for dag_file in {dags!r}:\n"
         "    runpy.run_path(dag_file)\n"
         "loaded = [m for m in ours if m in sys.modules]\n"
