@@ -290,3 +290,21 @@ def test_what_run_returns_is_written_as_is_and_a_non_list_fails_the_mini_batch(
     assert predictions(emulator, job) == [f"('part-000{i}.csv', 1)" for i in range(4)]
     logs = (emulator.data_dir / "job-runs" / job.name / "user_logs" / "std_log.txt").read_text()
     assert "run() returned NoneType; it must return a list or a pandas DataFrame" in logs
+
+
+def test_a_large_file_goes_up_in_blocks(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
+    """Above the client's single-put size azure-storage-blob sends Put Block + Put Block List (as for big code)."""
+    from azure.storage.blob import ContainerClient
+
+    store = emulator.workspace.blobs
+    container = emulator.call(lambda: store.create_container())
+    client = ContainerClient.from_container_url(
+        store.sas_url(container), max_single_put_size=64 * 1024, max_block_size=64 * 1024
+    )
+    data = bytes(range(256)) * 1024  # 256 KiB: four blocks
+    client.upload_blob("code/model.bin", data, validate_content=True)
+    sent = [r for r in emulator.requests() if r.get("plane") == "blob" and r["path"].endswith("/code/model.bin")]
+    assert [r["query"].get("comp") for r in sent] == ["block"] * 4 + ["blocklist"]
+    assert all(r["status"] == 201 for r in sent)
+    assert client.download_blob("code/model.bin").readall() == data
+    assert client.get_blob_client("code/model.bin").get_blob_properties().size == len(data)
