@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 LOSSES: dict[str, str] = {
     "task_state_store": (
-        "Airflow {version} has no task_state_store (Airflow 3.3): the job chain is not kept between tries. "
+        "Airflow {version} has no task_state_store (Airflow 3.3): the job chain is not kept between tries (within "
+        "a try, across its deferrals, it is kept in an XCom). "
         "The deterministic job names and the unit-of-work property still prevent a duplicate job (a retry "
         "finds the chain in the workspace and attaches to it), but a crash between submit and persist can no "
         "longer be told from a first try, a cancel recorded by on_kill is not remembered (a later try treats "
@@ -102,11 +103,42 @@ def warn_missing(feature: str) -> None:
     log.log(level, LOSSES[feature].format(version=airflow_version()))
 
 
+TRY_STATE_XCOM_PREFIX = "azureml_try_state:"
+
+
+class TryStateStore:
+    """Before Airflow 3.3: a task instance's state for the length of one try, kept in an XCom.
+
+    Airflow clears a task's XComs when a try starts but not when a deferred task resumes, so the
+    state survives the deferrals of one try (the trigger's wait, the back-off in the triggerer) and
+    restarts with each try: what ``task_state_store`` keeps across tries is the documented loss; within
+    a try nothing is lost (without it a resumed try would forget its preemptions and back-off).
+    """
+
+    def __init__(self, ti: Any) -> None:
+        self._ti = ti
+
+    def get(self, key: str) -> Any:
+        map_index = getattr(self._ti, "map_index", -1)
+        return self._ti.xcom_pull(
+            task_ids=self._ti.task_id,
+            key=TRY_STATE_XCOM_PREFIX + key,
+            map_indexes=map_index if isinstance(map_index, int) else -1,
+        )
+
+    def set(self, key: str, value: Any) -> None:
+        self._ti.xcom_push(key=TRY_STATE_XCOM_PREFIX + key, value=value)
+
+
 def task_state_store(context: Any) -> Any | None:
-    """The task's ``task_state_store``, or None (and the first time, the log line) on Airflow < 3.3."""
+    """The task's ``task_state_store``; on Airflow < 3.3 (logged the first time) a store for this try only
+    (``TryStateStore``), or None without a task instance that has XComs."""
     store = context.get("task_state_store") if context is not None else None
     if store is None and not has_task_state_store():
         warn_missing("task_state_store")
+        ti = context.get("ti") if context is not None else None
+        if hasattr(ti, "xcom_push") and hasattr(ti, "xcom_pull") and hasattr(ti, "task_id"):
+            return TryStateStore(ti)
     return store
 
 

@@ -307,7 +307,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         if ti is not None and hasattr(ti, "xcom_push"):
             ti.xcom_push(key=COST_XCOM_KEY, value=report)
         try:
-            from airflow.sdk.observability.stats import Stats
+            Stats = compat.stats()  # airflow.sdk.observability.stats from Airflow 3.2, airflow.stats on 3.1
 
             for kind, metric, value, tags in cost.metrics(report):
                 getattr(Stats, kind)(metric, value, tags=tags)

@@ -61,18 +61,12 @@ def test_malformed_azureml_uris_are_refused(bad: str) -> None:
 def _sync_and_unpause(dag_ids: tuple[str, ...]) -> None:
     """Write the DAG folder to the metadata DB (as the DAG processor would) and unpause the chain: Airflow
     queues runs only for unpaused DAGs scheduled on an asset."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
 
-    manager = DagBundlesManager()
-    manager.sync_bundles_to_db()
-    for bundle in manager.get_all_dag_bundles():
-        if not bundle.is_initialized:
-            bundle.initialize()
-        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
-        sync_bag_to_db(bag, bundle.name, bundle.version)
+    from tests.dag_support import sync_dag_folder
+
+    sync_dag_folder()
     with create_session() as session:
         session.query(DagModel).filter(DagModel.dag_id.in_(dag_ids)).update(
             {DagModel.is_paused: False}, synchronize_session=False

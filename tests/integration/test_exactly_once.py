@@ -72,7 +72,10 @@ def clear_and_rerun(dag: Any, dag_run: Any) -> Any:
         dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
         dr.state = DagRunState.RUNNING
         session.commit()
-    from airflow.serialization.serialized_objects import DagSerialization
+    try:
+        from airflow.serialization.serialized_objects import DagSerialization
+    except ImportError:  # Airflow 3.1 calls it SerializedDAG
+        from airflow.serialization.serialized_objects import SerializedDAG as DagSerialization
 
     scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
     for _ in range(20):  # each pass runs what is schedulable, as dag.test() does

@@ -128,7 +128,12 @@ def test_no_spot_capacity_without_a_fallback_still_fails(workspace: Emulator, ru
 
 
 def stored_state(run: Any) -> dict[str, Any]:
-    """What the invoke task keeps in ``task_state_store`` (the switch is written there before the next submit)."""
+    """What the invoke task keeps in ``task_state_store`` (the switch is written there before the next submit);
+    before Airflow 3.3, in the XCom that keeps it for one try (docs/airflow_versions.md)."""
+    from airflow_azureml import compat
+
+    if not compat.has_task_state_store():
+        return xcom_value(run, "invoke", key=compat.TRY_STATE_XCOM_PREFIX + "azureml_job")
     from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.utils.session import create_session
 

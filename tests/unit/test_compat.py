@@ -7,6 +7,13 @@ import pytest
 from airflow_azureml import compat
 
 
+@pytest.fixture(autouse=True)
+def _airflow_imported() -> None:
+    """Airflow's first import sets up logging and replaces the root logger's handlers (caplog's among them):
+    import it before the test runs, as any earlier test file would have."""
+    import airflow  # noqa: F401
+
+
 def _lines(caplog: pytest.LogCaptureFixture, word: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "airflow_azureml.compat" and word in r.getMessage()]
 
@@ -24,6 +31,33 @@ def test_task_state_store_or_its_loss_logged_once(caplog: pytest.LogCaptureFixtu
     else:
         assert len(lines) == 1
         assert "still prevent a duplicate job" in lines[0] and "crash between submit and persist" in lines[0]
+
+
+def test_before_3_3_the_state_lives_for_one_try_in_an_xcom() -> None:
+    """Without ``task_state_store`` the state is kept in the task instance's XCom (cleared by Airflow when
+    a try starts, kept when a deferred task resumes); on 3.3 the real store is the only one."""
+
+    class TaskInstance:  # the two XCom calls the store makes, on a task instance of a mapped task
+        task_id, map_index = "invoke", 3
+
+        def __init__(self) -> None:
+            self.xcoms: dict[tuple[str, str, int], object] = {}
+
+        def xcom_push(self, key: str, value: object) -> None:
+            self.xcoms[(self.task_id, key, self.map_index)] = value
+
+        def xcom_pull(self, task_ids: str, key: str, map_indexes: int) -> object:
+            return self.xcoms.get((task_ids, key, map_indexes))
+
+    ti = TaskInstance()
+    store = compat.task_state_store({"ti": ti})
+    if compat.has_task_state_store():
+        assert store is None  # a context without the store is a test's
+        return
+    assert isinstance(store, compat.TryStateStore) and store.get("azureml_job") is None
+    store.set("azureml_job", {"job": "j-r0"})
+    assert ti.xcoms == {("invoke", compat.TRY_STATE_XCOM_PREFIX + "azureml_job", 3): {"job": "j-r0"}}
+    assert compat.task_state_store({"ti": ti}).get("azureml_job") == {"job": "j-r0"}
 
 
 def test_features_match_the_installed_airflow() -> None:
