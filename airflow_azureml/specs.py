@@ -542,7 +542,7 @@ class DeploymentSpec:
             tags=tags or None,
             model=self.model[len("azureml:") :] if self.model.startswith("azureml:") else self.model,
             compute=short_name(self.compute),
-            environment=None if as_written else self.environment,
+            environment=None if as_written else self.environment_to_send(self.environment),
             code_configuration=None if as_written else self.code_to_send(self.code_configuration),
             resources=resources,
             settings=ModelBatchDeploymentSettings(
@@ -561,8 +561,14 @@ class DeploymentSpec:
         The SDK resolves a relative ``code`` against the deployment entity's base path (the worker's cwd for
         an entity built here), not against the YAML's folder as the az ml CLI does.
         """
-        if code_configuration is None or isinstance(code_configuration, Mapping):
-            return code_configuration
+        if code_configuration is None:
+            return None
+        if isinstance(code_configuration, Mapping):  # the YAML's shape, given as operator arguments
+            from azure.ai.ml.entities import CodeConfiguration
+
+            code_configuration = CodeConfiguration(
+                code=code_configuration.get("code"), scoring_script=code_configuration.get("scoring_script")
+            )
         code = getattr(code_configuration, "code", None)
         if not isinstance(code, (str, os.PathLike)) or not is_local_code(code) or Path(code).is_absolute():
             return code_configuration
@@ -571,6 +577,19 @@ class DeploymentSpec:
         return CodeConfiguration(
             code=str(local_path(code, self.base).resolve()), scoring_script=code_configuration.scoring_script
         )
+
+    def environment_to_send(self, environment: Any) -> Any:
+        """An inline environment given as the YAML's mapping becomes the SDK's entity (its conda file resolved
+        against the YAML's folder, else the cwd, as its fingerprint was); a reference or an entity goes as is."""
+        if not isinstance(environment, Mapping):
+            return environment
+        from azure.ai.ml.entities import Environment
+
+        fields = {str(k): v for k, v in environment.items()}
+        conda = fields.get("conda_file")
+        if isinstance(conda, (str, os.PathLike)):
+            fields["conda_file"] = str(local_path(conda, self.base).resolve())
+        return Environment(**fields)
 
     def wanted_model(self, latest_model_version: str | None = None) -> str:
         """``name:version``; ``@latest`` becomes the version the caller resolved (``name@latest`` if unknown)."""
