@@ -67,7 +67,8 @@ def _forget_inherited_custom_cloud() -> None:
 
 
 # Also at import: every operator imports this module when its DAG file is parsed, before an execute()
-# may import azure.ai.ml ahead of any hook.
+# may import azure.ai.ml ahead of any hook (so operators/base.py imports the hook at module level:
+# tests/integration/test_hook_environment.py fails when it does not).
 _forget_inherited_custom_cloud()
 
 

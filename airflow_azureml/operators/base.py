@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_azureml.naming import DEFAULT_CONN_ID
+from airflow_azureml.hooks.azure_ml import AzureMLHook
 from airflow_azureml.polling import PollingPolicy
-
-if TYPE_CHECKING:
-    from airflow_azureml.hooks.azure_ml import AzureMLHook
 
 
 class AzureMLBaseOperator(BaseOperator):
@@ -20,7 +17,7 @@ class AzureMLBaseOperator(BaseOperator):
     def __init__(
         self,
         *,
-        azure_ml_conn_id: str = DEFAULT_CONN_ID,
+        azure_ml_conn_id: str = AzureMLHook.default_conn_name,
         polling: PollingPolicy | dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -30,6 +27,4 @@ class AzureMLBaseOperator(BaseOperator):
 
     @cached_property
     def hook(self) -> AzureMLHook:
-        from airflow_azureml.hooks.azure_ml import AzureMLHook  # at run time: a DAG parse never needs it
-
         return AzureMLHook(azure_ml_conn_id=self.azure_ml_conn_id)

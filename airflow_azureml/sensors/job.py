@@ -5,19 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 
 from airflow_azureml.compat import conf
 from airflow_azureml.exceptions import AzureMLError, AzureMLJobQueueTimeoutError
+from airflow_azureml.hooks.azure_ml import AzureMLHook
 from airflow_azureml.links.studio import AzureMLStudioJobLink
 from airflow_azureml.naming import DEFAULT_CONN_ID
 from airflow_azureml.outcomes import GaugeEvidence, JobSnapshot, Outcome, classify, exception_for
 from airflow_azureml.polling import PollingPolicy
-
-if TYPE_CHECKING:
-    from airflow_azureml.hooks.azure_ml import AzureMLHook
 
 
 class AzureMLJobSensor(BaseSensorOperator):
@@ -48,8 +46,6 @@ class AzureMLJobSensor(BaseSensorOperator):
 
     @cached_property
     def hook(self) -> AzureMLHook:
-        from airflow_azureml.hooks.azure_ml import AzureMLHook  # at run time: a DAG parse never needs it
-
         return AzureMLHook(azure_ml_conn_id=self.azure_ml_conn_id)
 
     def execute(self, context: Any) -> Any:
