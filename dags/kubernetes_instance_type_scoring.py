@@ -106,7 +106,7 @@ with DAG(
         # the example's own scoring script and environment, as in deployment.yml (row ids in its output)
         code_configuration={"code": str(CONFIG / "score"), "scoring_script": "score.py"},
         environment={
-            "image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest",
+            "image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest",
             "conda_file": str(CONFIG / "environment" / "conda.yaml"),
         },
         compute=f"azureml:{COMPUTE}",

@@ -90,3 +90,13 @@ def test_an_empty_mini_batch_returns_no_lines() -> None:
     score = load()
     score.init()
     assert score.run([]) == []
+
+
+def test_the_environment_installs_what_azure_batch_deployments_need() -> None:
+    """Azure's batch driver runs in the deployment's own environment: azureml-core and
+    azureml-dataset-runtime[fuse] must be there (the emulator builds no environment, so only this checks)."""
+    import yaml
+
+    conda = yaml.safe_load((Path(__file__).resolve().parents[2] / "dags/azureml/environment/conda.yaml").read_text())
+    pip = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict) and "pip" in d)
+    assert {"azureml-core", "azureml-dataset-runtime[fuse]"} <= set(pip)
