@@ -348,6 +348,22 @@ DEPLOYMENT_NESTED_KEYS = {
     "code_configuration": ("code", "scoring_script"),
 }
 _DEPLOYMENT_INTERNAL = ("yaml_path", "yaml_type", "extra", "base_path")
+# An inline environment, as the az ml CLI's environment YAML has it (azureml environment schema).
+ENVIRONMENT_KEYS = (
+    "$schema",
+    "name",
+    "version",
+    "description",
+    "tags",
+    "image",
+    "conda_file",
+    "build",
+    "inference_config",
+    "os_type",
+    "datastore",
+    "properties",
+)
+ENVIRONMENT_BUILD_KEYS = ("path", "dockerfile_path")
 
 
 @dataclass(frozen=True)
@@ -404,6 +420,17 @@ class DeploymentSpec:
             raise AzureMLConfigError(f"resources.properties must be a mapping, got {self.resource_properties!r}.")
         if self.tags is not None and not isinstance(self.tags, Mapping):
             raise AzureMLConfigError(f"tags must be a mapping, got {self.tags!r}.")
+        if isinstance(self.code_configuration, Mapping):
+            reject_unknown_keys(
+                "Batch deployment", self.code_configuration, ("code", "scoring_script"), "code_configuration."
+            )
+            if not self.code_configuration.get("code") or not self.code_configuration.get("scoring_script"):
+                raise AzureMLConfigError("code_configuration needs both code (a folder) and scoring_script.")
+        if isinstance(self.environment, Mapping):
+            reject_unknown_keys("Batch deployment", self.environment, ENVIRONMENT_KEYS, "environment.")
+            build = self.environment.get("build")
+            if isinstance(build, Mapping):
+                reject_unknown_keys("Batch deployment", build, ENVIRONMENT_BUILD_KEYS, "environment.build.")
 
     @property
     def base(self) -> Path:
@@ -585,10 +612,18 @@ class DeploymentSpec:
             return environment
         from azure.ai.ml.entities import Environment
 
-        fields = {str(k): v for k, v in environment.items()}
+        fields = {str(k): v for k, v in environment.items() if k != "$schema"}
         conda = fields.get("conda_file")
         if isinstance(conda, (str, os.PathLike)):
             fields["conda_file"] = str(local_path(conda, self.base).resolve())
+        build = fields.get("build")
+        if isinstance(build, Mapping):
+            from azure.ai.ml.entities import BuildContext
+
+            path = build.get("path")
+            if isinstance(path, (str, os.PathLike)) and not str(path).startswith(("http://", "https://", "azureml:")):
+                path = str(local_path(path, self.base).resolve())
+            fields["build"] = BuildContext(path=path, dockerfile_path=build.get("dockerfile_path"))
         return Environment(**fields)
 
     def wanted_model(self, latest_model_version: str | None = None) -> str:

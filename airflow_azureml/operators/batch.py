@@ -253,7 +253,9 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
             loaded = loader(source=spec.yaml_path)
             written = DeploymentSpec.from_yaml(spec.yaml_path)  # an override replaces what the YAML says
             env, code = spec.environment, spec.code_configuration
-            entity.environment = getattr(loaded, "environment", None) if env == written.environment else env
+            entity.environment = (
+                getattr(loaded, "environment", None) if env == written.environment else spec.environment_to_send(env)
+            )
             entity.code_configuration = spec.code_to_send(
                 getattr(loaded, "code_configuration", None) if code == written.code_configuration else code
             )

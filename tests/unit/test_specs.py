@@ -629,3 +629,40 @@ def test_the_code_sent_is_the_folder_hashed_whatever_the_workers_cwd(tmp_path: P
     sent_override = AzureMLCreateBatchDeploymentOperator._entity(override)
     assert sent_override.code_configuration.code == sent.code_configuration.code
     assert override.fingerprints == spec.fingerprints
+
+
+# ---------------------------------------------------------------- code and environment given as mappings
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"environment": {"imag": "mcr.microsoft.com/x:1"}}, r"'environment.imag'.*did you mean 'image'"),
+        ({"environment": {"build": {"pth": "ctx"}}}, r"'environment.build.pth'.*did you mean 'path'"),
+        ({"code_configuration": {"code": "score/", "scoringscript": "s.py"}}, r"did you mean 'scoring_script'"),
+        ({"code_configuration": {"code": "score/"}}, "needs both code"),
+    ],
+    ids=["environment-typo", "build-typo", "code-typo", "no-scoring-script"],
+)
+def test_code_and_environment_mappings_are_checked_before_any_call(override: dict, message: str) -> None:
+    with pytest.raises(AzureMLConfigError, match=message):
+        DeploymentSpec(**{**GOOD_DEPLOYMENT, **override})
+
+
+def test_environment_mapping_becomes_the_sdks_entity_with_paths_resolved(tmp_path: Path) -> None:
+    from azure.ai.ml.entities import BuildContext, CodeConfiguration, Environment
+
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "conda.yaml").write_text("dependencies: [python=3.10]\n")
+    (tmp_path / "score").mkdir()
+    (tmp_path / "score" / "score.py").write_text("def init(): pass\ndef run(b): return b\n")
+    spec = DeploymentSpec(
+        **GOOD_DEPLOYMENT,
+        base_path=str(tmp_path),
+        environment={"image": "mcr.microsoft.com/x:1", "conda_file": "conda.yaml", "build": {"path": "ctx"}},
+        code_configuration={"code": "score", "scoring_script": "score.py"},
+    )
+    entity = spec.to_entity()
+    assert isinstance(entity.environment, Environment) and isinstance(entity.environment.build, BuildContext)
+    assert entity.environment.build.path == str(tmp_path / "ctx")
+    assert isinstance(entity.code_configuration, CodeConfiguration)
+    assert entity.code_configuration.code == str(tmp_path / "score")
