@@ -2,12 +2,14 @@
 
 One process per batch job: ``init()`` once when the job's first node is ready, then ``run(mini_batch)``
 for every mini-batch (a list of the mini-batch's file paths), as the Azure docs for batch scoring
-scripts describe. The process is the isolation: the script cannot change the emulator's state, and an
+scripts describe. The process is the isolation: the script cannot touch the emulator's memory, and an
 exception, an ``exit()`` or a crash in ``run()`` fails that mini-batch only, which then goes through the
 emulator's retries and ``error_threshold`` as any failed mini-batch does. A crashed or timed-out process
 is started again (``init()`` again) for the next mini-batch, as a worker would be. The environment is
 not built: the script runs on the emulator's own Python, with a minimal environment (no secrets of the
-emulator's process) plus ``AZUREML_MODEL_DIR``.
+emulator's process) plus ``AZUREML_MODEL_DIR``. It is not a sandbox: the script runs as the emulator's
+user, so it can read and write the emulator's files (its data folder holds the test client secret and
+the blob store). The emulator runs the project's own scripts, not untrusted code.
 """
 
 from __future__ import annotations
