@@ -15,7 +15,7 @@ import random
 import re
 import uuid
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from airflow_azureml.emulator.azure_rules import (
@@ -316,9 +316,16 @@ class Workspace:
         model_name = _model_name_from_asset(asset)
         if model_name and model_name not in self.models:
             raise EmulatorError(400, "UserError", f"Model {model_name!r} is not registered")
-        code_id = (props.get("codeConfiguration") or {}).get("codeId")
+        code_configuration = props.get("codeConfiguration")
+        code_id = (code_configuration or {}).get("codeId")
         if code_id and self.codes.folder(code_id) is None:
             raise EmulatorError(400, "UserError", f"Code {code_id!r} was not found in the workspace")
+        if code_configuration is not None:  # 2024-10-01 swagger: CodeConfiguration.scoringScript, required, minLength 1
+            script = str(code_configuration.get("scoringScript") or "")
+            if not script.strip():
+                raise EmulatorError(400, "UserError", "codeConfiguration.scoringScript is required")
+            if PurePosixPath(script.replace("\\", "/")).is_absolute() or ".." in PurePosixPath(script).parts:
+                raise EmulatorError(400, "UserError", f"Scoring script {script!r} must be a path inside the code")
         if compute.compute_type == "Kubernetes":
             type_name = resources.get("instanceType") or DEFAULT_NAME
             itype = self.check_instance_type(compute, resources.get("instanceType"))

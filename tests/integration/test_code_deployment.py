@@ -308,3 +308,26 @@ def test_a_large_file_goes_up_in_blocks(emulator: Emulator, azureml_conn: dict[s
     assert all(r["status"] == 201 for r in sent)
     assert client.download_blob("code/model.bin").readall() == data
     assert client.get_blob_client("code/model.bin").get_blob_properties().size == len(data)
+
+
+@pytest.mark.parametrize("script", ["absolute", "../outside.py"])
+def test_a_scoring_script_outside_the_code_is_refused(emulator: Emulator, project: Path, script: str) -> None:
+    """Azure finds the script inside the uploaded snapshot only; the emulator refuses one outside it."""
+    from azure.ai.ml.entities import CodeConfiguration
+    from azure.core.exceptions import HttpResponseError
+
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
+    from airflow_azureml.specs import DeploymentSpec
+
+    deploy(project)  # the endpoint and a good deployment exist
+    (project / "outside.py").write_text("def init():\n    pass\n\n\ndef run(batch):\n    return batch\n")
+    script = str(project / "outside.py") if script == "absolute" else script  # the SDK reads it locally first
+    spec = DeploymentSpec.from_yaml(project / "deployment.yml")
+    entity = spec.to_entity()
+    entity.code_configuration = CodeConfiguration(code=str(project / "score"), scoring_script=script)
+    entity.environment = "azureml:" + deployment(emulator)["properties"]["environmentId"].split("/environments/")[1]
+    entity.environment = entity.environment.replace("/versions/", ":")
+    ml = AzureMLHook().get_conn()
+    with pytest.raises(HttpResponseError, match="must be a path inside the code"):
+        ml.batch_deployments.begin_create_or_update(entity).result()
+    assert deployment(emulator)["properties"]["codeConfiguration"]["scoringScript"] == "score.py"  # unchanged
