@@ -953,6 +953,8 @@ class Workspace:
             if j.compute == cluster and j.status in ACTIVE_JOB_STATES and j.name in holders
         }
         if hold_end:
+            if cluster in self.held_preemptions:
+                raise EmulatorError(409, "Conflict", f"a held preemption of {cluster!r} has not ended yet")
             self.held_preemptions[cluster] = (compute.capacity_override, jobs, form)
             compute.capacity_override = 0  # no replacement node before the jobs end
             return sorted(jobs)
@@ -965,6 +967,8 @@ class Workspace:
     def end_held_preemption(self, cluster: str) -> list[str]:
         """Test control: end the jobs of a ``preempt_cluster(..., hold_end=True)`` and give the capacity back."""
         compute = self._cluster(cluster)
+        if cluster not in self.held_preemptions:
+            raise EmulatorError(409, "Conflict", f"no held preemption of {cluster!r} to end")
         before, jobs, form = self.held_preemptions.pop(cluster)
         try:
             return self._lose_capacity(compute, jobs, form)

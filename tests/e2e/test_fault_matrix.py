@@ -32,9 +32,16 @@ def in_background(action: Callable[[], Any]) -> threading.Thread:
     return thread
 
 
+# Set once a row's run has ended: a fault thread still waiting gives up (and undoes its holds) then,
+# instead of reaching into the next row on the session's one emulator.
+ROW_OVER = threading.Event()
+
+
 def wait_until(condition: Callable[[], Any], timeout: float = 180, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if ROW_OVER.is_set():
+            raise TimeoutError(f"the row's run ended before {what}")
         value = condition()
         if value:
             return value
@@ -61,9 +68,13 @@ def run_example(
     forget_spot_history(e2e)
     run_id = e2e.airflow.trigger(DAG_ID, logical_date, {**CONF, **(conf or {})})
     watcher = in_background(lambda: during(run_id, interval)) if during else None
-    state = e2e.airflow.wait_for_run(DAG_ID, run_id, timeout)
-    if watcher:
-        watcher.join(timeout=30)
+    try:
+        state = e2e.airflow.wait_for_run(DAG_ID, run_id, timeout)
+    finally:
+        ROW_OVER.set()
+        if watcher:
+            watcher.join(timeout=30)
+        ROW_OVER.clear()
     e2e.emulator.clear_faults()
     if state != "success":
         print(explain_run(e2e, run_id, interval))  # shown by pytest only when the row fails
