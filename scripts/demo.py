@@ -207,7 +207,9 @@ def jobs_by_interval(control: Control, dump: Path) -> dict[str, list[dict[str, A
 
 def log_errors(log: Path) -> list[str]:
     """A clean run logs no error: each one is a defect of ours (the run's own faults are warnings)."""
-    return [line for line in log.read_text(errors="replace").splitlines() if "[error" in line]
+    # Airflow 3.1 and 3.2 log an absent Variable (the spot history before a first job) as an error; 3.3 at debug
+    lines = log.read_text(errors="replace").splitlines()
+    return [line for line in lines if "[error" in line and "Variable not found" not in line]
 
 
 # One interpreter runs ``airflow db migrate`` and then ``airflow dags test`` once per interval, through

@@ -32,7 +32,7 @@ def run_demo(demo: Path, *args: str) -> str:
         line
         for log in sorted((demo / "logs").glob("*.log"))
         for line in log.read_text(errors="replace").splitlines()
-        if "[error" in line
+        if "[error" in line and "Variable not found" not in line  # Airflow 3.1/3.2's level for it; 3.3 logs debug
     ]
     assert errors == [], out[-3000:]
     assert result.returncode == 0, out[-3000:]

@@ -326,8 +326,18 @@ def test_default_identity_is_the_work_not_the_map_index(workspace: Emulator, run
 
 
 def test_budget_belongs_to_one_run_of_the_task(workspace: Emulator, run_case) -> None:
+    from airflow_azureml import compat
+
     with when_sampled(workspace, preempt_cluster):
         run, failures = run_case({"max_resubmits": 0, "retries": 1})
+    if not compat.has_task_state_store():
+        # Airflow < 3.3 (docs/airflow_versions.md): the preemption count restarts with each try, so the automatic
+        # retry has a fresh budget and submits the chain's next job; one job per name, never a duplicate
+        assert str(run.state) == "success" and try_numbers(run) == 2, (task_states(run), failures)
+        result = xcom_value(run, "invoke")
+        assert result["job_names"][-1].endswith("-r1") and len(result["job_names"]) == 2
+        assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+        return
     assert str(run.state) == "failed"
     # the automatic retry shares the spent budget: no new job
     assert try_numbers(run) == 2 and [f["type"] for f in failures] == ["AzureMLJobPreemptedError"]
