@@ -733,7 +733,7 @@ def test_provider_and_emulator_agree_on_the_mlflow_minimum(
 
 
 def test_mlflow_deployment_on_a_small_instance_type_is_refused(
-    emulator: Emulator, azureml_conn: dict[str, Any], kubeconfig: Path
+    emulator: Emulator, azureml_conn: dict[str, Any], kubeconfig: Path, tmp_path: Path
 ) -> None:
     apply(DOC_LIST_YAML + "---\n" + DOC_SINGLE_YAML, kubeconfig=str(kubeconfig))
     attach_kubernetes_compute()
@@ -759,6 +759,16 @@ def test_mlflow_deployment_on_a_small_instance_type_is_refused(
     refused = deployment("mlflow-small", "cpusmall")
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["code"] == "UserError" and "MLflow" in refused.json()["error"]["message"]
-    # a scoring script makes it a custom deployment: the minimum does not apply
-    script = {"codeConfiguration": {"codeId": "azureml:code:1", "scoringScript": "score.py"}}
+    # a scoring script makes it a custom deployment: the minimum does not apply (its code must exist:
+    # registered through the real SDK, which uploads the folder to the workspace's storage)
+    from azure.ai.ml.entities._assets import Code
+
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
+
+    folder = tmp_path / "custom-code"
+    folder.mkdir()
+    (folder / "score.py").write_text("def init():\n    pass\n\n\ndef run(batch):\n    return batch\n")
+    code_operations = AzureMLHook().get_conn()._code  # what deployments use for their code (no public accessor)
+    code = code_operations.create_or_update(Code(name="small-custom", version="1", path=str(folder)))
+    script = {"codeConfiguration": {"codeId": code.id, "scoringScript": "score.py"}}
     assert deployment("custom-small", "cpusmall", **script).ok
