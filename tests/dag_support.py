@@ -72,4 +72,3 @@ def sync_dag_folder_as_dag_test_does(dag: Any) -> None:
 
     if Version(compat.airflow_version()).release[:2] < (3, 3):
         sync_dag_folder(dag.dag_id)
-

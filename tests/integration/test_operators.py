@@ -193,8 +193,9 @@ def test_submitted_job_is_persisted_in_task_state_store(
     from airflow_azureml import compat
 
     compat._warned.discard("task_state_store")  # the loss is logged once per process: this test's run is the first
-    with caplog.at_level(logging.WARNING, logger="airflow_azureml.compat"), when_sampled(
-        workspace, preempt("canceled")
+    with (
+        caplog.at_level(logging.WARNING, logger="airflow_azureml.compat"),
+        when_sampled(workspace, preempt("canceled")),
     ):
         run, failures = run_case("azureml_invoke_case")
     assert str(run.state) == "success", failures
