@@ -2,11 +2,12 @@
 
 Each run is a fresh ``python -c`` child with the same environment (a temporary
 ``AIRFLOW_HOME``, removed afterwards) and the same ``sys.path`` (``dags/`` first, as the DAG
-processor has it). Runs alternate, baseline then DAG, so drift on this shared machine falls on
-both sides of a pair alike. Per run, the child's CPU time (user + sys) and peak RSS are read
-from ``os.wait4``; printed: the median CPU of each side, the median of the per-pair ratios, and
-the peak RSS delta. The DAG child also reports whether ``azure.ai.ml`` (and other modules only
-needed when a task runs) got imported; ``azure.ai.ml`` must not be.
+processor has it). Runs alternate, baseline, control (a DAG of the same shape with Airflow alone,
+not a target), then the DAG, so drift on this shared machine falls on all three alike. Per run,
+the child's CPU time (user + sys) and peak RSS are read from ``os.wait4``; printed: the median CPU
+of each side, the median of the per-run ratios, and the peak RSS delta. The DAG child also
+reports whether ``azure.ai.ml`` (and other modules only needed when a task runs) got imported;
+``azure.ai.ml`` must not be.
 
 Bytecode: an installed provider has its ``.pyc`` files, so by default the children share a
 bytecode cache in the temporary directory (``PYTHONPYCACHEPREFIX``, filled by a warm-up pair)
@@ -36,6 +37,22 @@ TARGET_MIB = 5.0
 
 PRELUDE = f"import sys\nsys.path.insert(0, {str(DAGS)!r})\n"
 BASELINE = PRELUDE + "import airflow.sdk\n"
+# A control, not a target: a DAG of the same shape with Airflow alone (the same airflow.sdk names, a
+# daily schedule, params, a mapped @task and a classic operator), so the figures tell Airflow's own
+# DAG-building cost (its lazily loaded definitions, the timetable) apart from the provider's.
+CONTROL = PRELUDE + (
+    "import pendulum\n"
+    "from airflow.sdk import DAG, BaseOperator, Param, task\n"
+    "with DAG('control', schedule='@daily', start_date=pendulum.datetime(2026, 11, 1, tz='UTC'),\n"
+    "         params={'partitions': Param(4, type='integer', minimum=1)}, catchup=False):\n"
+    "    @task\n"
+    "    def plan(n: int) -> list[int]:\n"
+    "        return list(range(n))\n"
+    "    @task\n"
+    "    def score(part: int) -> int:\n"
+    "        return part\n"
+    "    BaseOperator(task_id='setup') >> score.expand(part=plan(4))\n"
+)
 
 
 def dag_code(module: str) -> str:
@@ -69,14 +86,17 @@ def run(code: str, env: dict[str, str]) -> Run:
     return Run((usage.ru_utime + usage.ru_stime) * 1000, usage.ru_maxrss / 1024, stdout)  # ru_maxrss: KiB
 
 
-def measure(module: str, pairs: int, env: dict[str, str]) -> tuple[list[Run], list[Run]]:
-    run(BASELINE, env), run(dag_code(module), env)  # warm-up: page cache, .pyc, airflow.cfg
+def measure(module: str, pairs: int, env: dict[str, str]) -> tuple[list[Run], list[Run], list[Run]]:
+    """Alternating baseline, control, DAG: drift on a shared machine falls on all three alike."""
+    run(BASELINE, env), run(CONTROL, env), run(dag_code(module), env)  # warm-up: page cache, .pyc, airflow.cfg
     baseline: list[Run] = []
+    control: list[Run] = []
     dag: list[Run] = []
     for _ in range(pairs):
         baseline.append(run(BASELINE, env))
+        control.append(run(CONTROL, env))
         dag.append(run(dag_code(module), env))
-    return baseline, dag
+    return baseline, control, dag
 
 
 def main() -> None:
@@ -91,11 +111,15 @@ def main() -> None:
         if not args.as_is:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(Path(home) / "pycache")
-        header = f"{'DAG (median of ' + str(args.pairs) + ' pairs)':<36}{'base ms':>9}{'DAG ms':>9}{'+ms':>7}"
+        header = f"{'DAG (median of ' + str(args.pairs) + ' triples)':<36}{'base ms':>9}{'DAG ms':>9}{'+ms':>7}"
         header += f"{'ratio':>8}{'base MiB':>10}{'DAG MiB':>9}{'+MiB':>7}"
         lines = []
+        controls: list[float] = []  # control / baseline, per DAG's run
+        over_control: list[float] = []  # DAG / control: what the provider and the DAG's own code add
         for module in args.dag:
-            baseline, dag = measure(module, args.pairs, env)
+            baseline, control, dag = measure(module, args.pairs, env)
+            controls.append(statistics.median(d.cpu_ms / b.cpu_ms for b, d in zip(baseline, control, strict=True)))
+            over_control.append(statistics.median(d.cpu_ms / c.cpu_ms for c, d in zip(control, dag, strict=True)))
             base_ms = statistics.median(r.cpu_ms for r in baseline)
             dag_ms = statistics.median(r.cpu_ms for r in dag)
             ratio = statistics.median(d.cpu_ms / b.cpu_ms for b, d in zip(baseline, dag, strict=True))
@@ -125,6 +149,11 @@ def main() -> None:
         print(f"  imported by the parse, needed only at run time: {', '.join(late) or 'none'}")
         assert "azure.ai.ml" not in late, f"parsing {module} imported azure.ai.ml"
         print("  azure.ai.ml in sys.modules after the parse: no")
+    for module, control_ratio, dag_over_control in zip(args.dag, controls, over_control, strict=True):
+        print(
+            f"control (Airflow alone, a DAG of the same shape) x{control_ratio:.4f} over the baseline; "
+            f"{module} x{dag_over_control:.4f} over the control"
+        )
     print("all targets met" if not missed else "some targets missed (shared machine: rerun before concluding)")
 
 
