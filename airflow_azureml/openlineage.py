@@ -42,8 +42,9 @@ def job_run_facet_class() -> type:
     OpenLineage is imported only then).
 
     Fields (camelCase, as OpenLineage facets are): ``jobName`` (the job that decided the outcome),
-    ``jobNames`` (the chain, oldest first), ``studioUrl``, ``preemptions``, ``resubmissions``, and
-    ``cost``: not known yet (issue 11, spot economics, fills it); None until then, so it is not sent.
+    ``jobNames`` (the chain, oldest first), ``studioUrl``, ``preemptions``, ``resubmissions``, and ``cost``:
+    the chain's estimated bill (``cost_facet``); on failure estimated from the usage the task saw, and not
+    sent when nothing was seen.
     """
     import attrs
     from airflow.providers.common.compat.openlineage.facet import RunFacet
@@ -132,6 +133,34 @@ def _datasets(uris: Iterable[Any], resolver: DatastoreResolver) -> list[Dataset]
     return list(found.values())
 
 
+def cost_facet(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The facet's ``cost``: the headline figures of the task's cost report (docs/cost.md), camelCase."""
+    if not report:
+        return None
+    equivalent = report.get("dedicated_equivalent") or {}
+    return {
+        "currency": report.get("currency"),
+        "cost": report.get("cost"),
+        "nodeHours": report.get("node_hours_total"),
+        "evictedNodeHours": report.get("evicted_node_hours"),
+        "lostNodeHours": report.get("lost_node_hours"),
+        "dedicatedEquivalentCost": equivalent.get("cost"),
+        "savings": report.get("savings"),
+        "savingsPct": report.get("savings_pct"),
+        "costUnknown": report.get("cost_unknown"),
+    }
+
+
+def _cost_report(operator: Any, state: Any) -> Mapping[str, Any] | None:
+    """The bill the task reported; for a task that failed before reporting one, an estimate from the same
+    usage (the preempted attempts it paid for), made here without the report's log, XCom or metrics."""
+    report = getattr(operator, "_cost_report", None)
+    if report is None and state is not None and (state.usage or {}).get("spans"):
+        estimate = getattr(operator, "_estimate_cost", None)
+        report = estimate(state) if callable(estimate) else None
+    return report
+
+
 def job_lineage(operator: Any, inputs: Mapping[str, Any] | None, outputs: Mapping[str, Any] | None) -> OperatorLineage:
     """Inputs, outputs and the job facts of a job operator's task run, from its state (``_state``)."""
     from airflow.providers.common.compat.openlineage.facet import ExternalQueryRunFacet
@@ -154,6 +183,7 @@ def job_lineage(operator: Any, inputs: Mapping[str, Any] | None, outputs: Mappin
             studioUrl=studio,
             preemptions=state.preemptions if state is not None else 0,
             resubmissions=state.resubmits if state is not None else 0,
+            cost=cost_facet(_cost_report(operator, state)),
         )
     }
     if current:

@@ -191,6 +191,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.deferrable = deferrable
         self._state: ResubmissionState | None = None
         self._context: Any = None
+        self._cost_report: dict[str, Any] | None = None  # this run's bill, for the OpenLineage facet
 
     # ------------------------------------------------------- subclass contract
     def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
@@ -275,11 +276,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.usage = cost.merge(state.usage, usage)
         self._remember(context, state)
 
-    def _report_cost(self, context: Any, state: ResubmissionState) -> dict[str, Any] | None:
-        """The chain's estimated bill: to the task log (one block), XCom ``azureml_cost`` and Airflow metrics.
-
-        Never fails the task: a price that cannot be read leaves the cost unknown (docs/cost.md).
-        """
+    def _estimate_cost(self, state: ResubmissionState) -> dict[str, Any] | None:
+        """The chain's estimated bill (``cost.estimate``), or None when it cannot be made; no side effects."""
         from airflow_azureml import cost
 
         try:
@@ -287,11 +285,22 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             for name, info in (state.usage.get("computes") or {}).items():
                 if info.get("vm_size"):
                     prices[name] = self.hook.price_quote(info["vm_size"], info.get("location"), self._manual_prices)
-            report = cost.estimate(state.usage, prices, lost_jobs=state.counted, preemptions=state.preemptions)
+            return cost.estimate(state.usage, prices, lost_jobs=state.counted, preemptions=state.preemptions)
         except Exception as exc:  # the bill is a report: it never turns a finished job into a failed task
             from airflow_azureml.redaction import scrub
 
             self.log.warning("Could not estimate the cost of job chain %s: %s", state.job_names, scrub(str(exc)))
+            return None
+
+    def _report_cost(self, context: Any, state: ResubmissionState) -> dict[str, Any] | None:
+        """The chain's estimated bill: to the task log (one block), XCom ``azureml_cost`` and Airflow metrics.
+
+        Never fails the task: a price that cannot be read leaves the cost unknown (docs/cost.md).
+        """
+        from airflow_azureml import cost
+
+        report = self._estimate_cost(state)
+        if report is None:
             return None
         ti = context.get("ti") if context is not None else None
         map_index = getattr(ti, "map_index", -1)
@@ -313,7 +322,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 getattr(Stats, kind)(metric, value, tags=tags)
         except Exception as exc:  # metrics are best effort
             self.log.info("Could not send the cost metrics: %s", type(exc).__name__)
-        return {k: v for k, v in report.items() if k not in ("usage", "observed")}
+        self._cost_report = {k: v for k, v in report.items() if k not in ("usage", "observed")}
+        return self._cost_report
 
     # --------------------------------------------------------------- identity
     def _unit_key(self) -> str:

@@ -70,6 +70,26 @@ def states(out: str) -> dict[str, str]:
     return {parts[1]: parts[2].rsplit(".", 1)[-1].lower() for parts in lines}
 
 
+def xcom_by_map_index(event: dict[str, Any], task: str, key: str) -> Any:
+    """The XCom ``key`` of the mapped task instance an OpenLineage event is about (the DAGs ran in a child
+    process on this session's metadata DB)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    facets = event["run"]["facets"]
+    dag_id = facets["airflow"]["dag"]["dag_id"]
+    run_id = facets["airflow"]["dagRun"]["run_id"]
+    map_index = facets["airflow"]["taskInstance"]["map_index"]
+    with create_session() as session:
+        row = (
+            session.query(XComModel)
+            .filter_by(dag_id=dag_id, run_id=run_id, task_id=task, map_index=map_index, key=key)
+            .one_or_none()
+        )
+    value = None if row is None else row.value
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def task_events(events: list[dict[str, Any]], task: str, event_type: str) -> list[dict[str, Any]]:
     return [e for e in events if e["job"]["name"].endswith(f".{task}") and e["eventType"] == event_type]
 
@@ -111,7 +131,22 @@ def test_invoke_and_command_job_lineage_on_complete(chain_env: Emulator, tmp_pat
         assert facet["resubmissions"] == len(names) - 1 == facet["preemptions"]
         assert set(names[:-1]) <= set(preempted)
         assert facet["studioUrl"] == hook.studio_job_url(names[-1])
-        assert "cost" not in facet  # unknown until issue 11 fills it (None is not sent); never a made-up number
+        # the facet's cost is the task's own cost report (XCom azureml_cost), its headline figures
+        report = xcom_by_map_index(event, "score_partition", "azureml_cost")
+        assert report is not None and report["cost"] > 0 and report["preemptions"] == facet["preemptions"]
+        expected = {
+            "currency": "USD",
+            "cost": report["cost"],
+            "nodeHours": report["node_hours_total"],
+            "evictedNodeHours": report["evicted_node_hours"],
+            "lostNodeHours": report["lost_node_hours"],
+            "dedicatedEquivalentCost": report["dedicated_equivalent"]["cost"],
+            "savings": report["savings"],
+            "savingsPct": report["savings_pct"],
+            "costUnknown": None,  # every price known here
+        }
+        assert facet["cost"] == {k: v for k, v in expected.items() if v is not None}  # OpenLineage drops nulls
+        assert (facet["cost"]["evictedNodeHours"] > 0) == (facet["preemptions"] > 0)
         assert event["run"]["facets"]["externalQuery"] == {
             **event["run"]["facets"]["externalQuery"],
             "externalQueryId": names[-1],
@@ -150,6 +185,11 @@ def test_invoke_lineage_on_failure_counts_the_preemptions(chain_env: Emulator, t
         assert facet["preemptions"] == 4 and facet["resubmissions"] == 3
         assert facet["jobName"] == facet["jobNames"][-1]
         assert "preempted" in event["run"]["facets"]["errorMessage"]["message"]
+        # the failed task's bill: four preempted attempts on the spot cluster, all of it lost work
+        bill = facet["cost"]
+        assert bill["currency"] == "USD" and bill["cost"] > 0 and bill["nodeHours"] > 0
+        assert bill["evictedNodeHours"] > 0 and bill["lostNodeHours"] > 0
+        assert bill["dedicatedEquivalentCost"] == 0 and bill["savings"] == -bill["cost"]
     assert not task_events(events, "score_partition", "COMPLETE")
 
 
