@@ -154,10 +154,9 @@ def cost_facet(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def _cost_report(operator: Any, state: Any) -> Mapping[str, Any] | None:
     """The bill the task reported; for a task that failed before reporting one, an estimate from the same
     usage (the preempted attempts it paid for), made here without the report's log, XCom or metrics."""
-    report = getattr(operator, "_cost_report", None)
+    report = operator._cost_report
     if report is None and state is not None and (state.usage or {}).get("spans"):
-        estimate = getattr(operator, "_estimate_cost", None)
-        report = estimate(state) if callable(estimate) else None
+        report = operator._estimate_cost(state)
     return report
 
 
