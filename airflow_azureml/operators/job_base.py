@@ -7,6 +7,7 @@ everything else lives here, once.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -134,6 +135,14 @@ class Listed:
         return (self.created is None, self.created or datetime.max.replace(tzinfo=timezone.utc), self.snapshot.name)
 
 
+def check_count(label: str, value: Any, meaning: str) -> None:
+    """A whole number >= 0: ``2.5`` or ``True`` would silently become another budget (``True`` is 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AzureMLConfigError(f"{label} must be a whole number >= 0 ({meaning}), got {value!r}.")
+    if value < 0:
+        raise AzureMLConfigError(f"{label} must be >= 0 ({meaning}), got {value}.")
+
+
 def parse_time(stamp: Any) -> datetime | None:
     """An ARM timestamp (``Z`` or an offset, 0 to 7 fraction digits) as an aware UTC datetime."""
     if not isinstance(stamp, str) or not stamp:
@@ -232,14 +241,15 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         if self.max_queue_time not in (None, ""):
             seconds = check_seconds("max_queue_time", self.max_queue_time)  # may arrive rendered; never nan/inf
             self.polling = replace(self.polling, max_queue_time=seconds)
-        if self.max_resubmits < 0:
-            raise AzureMLConfigError("max_resubmits must be >= 0.")
+        check_count("max_resubmits", self.max_resubmits, "resubmissions of preempted jobs per run of the task")
         from airflow_azureml.hooks.prices import check_manual_prices
 
         self._manual_prices = check_manual_prices(self.prices, f"Task {self.task_id!r}: prices")
-        if self.loop_after < 0:
-            raise AzureMLConfigError("loop_after must be >= 0 (preemptions resubmitted at once before backing off).")
-        if self.resubmit_backoff < 0:
+        check_count("loop_after", self.loop_after, "preemptions resubmitted at once before backing off")
+        backoff = self.resubmit_backoff
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not math.isfinite(backoff):
+            raise AzureMLConfigError(f"resubmit_backoff must be a finite number of seconds >= 0, got {backoff!r}.")
+        if backoff < 0:
             raise AzureMLConfigError("resubmit_backoff must be >= 0 seconds.")
         if self.fallback_after is not None:
             if isinstance(self.fallback_after, bool) or not isinstance(self.fallback_after, int):

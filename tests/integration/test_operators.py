@@ -141,6 +141,12 @@ def test_deployment_operator_is_idempotent(emulator: Emulator, run_case) -> None
         ("azureml_compute_cases", {"compute_yaml": "MALFORMED", "with_dedicated": False}, "is not valid YAML"),
         ("azureml_invoke_case", {"_connection": "missing_workspace"}, "missing required field"),
         ("azureml_invoke_case", {"endpoint_name": ""}, "Invalid batch endpoint name"),
+        ("azureml_invoke_case", {"resubmit_backoff": float("nan")}, "resubmit_backoff must be a finite number"),
+        ("azureml_invoke_case", {"resubmit_backoff": float("inf")}, "resubmit_backoff must be a finite number"),
+        ("azureml_invoke_case", {"loop_after": 1.5}, "loop_after must be a whole number"),
+        ("azureml_invoke_case", {"max_resubmits": 2.5}, "max_resubmits must be a whole number"),
+        ("azureml_invoke_case", {"max_resubmits": True}, "max_resubmits must be a whole number"),
+        ("azureml_invoke_case", {"max_resubmits": -1}, "max_resubmits must be >= 0"),
     ],
 )
 def test_bad_input_fails_before_any_api_call(
