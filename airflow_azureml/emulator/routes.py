@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import json
 import uuid
 from typing import Any
@@ -306,11 +307,15 @@ class Routes:
         self._check_scope(request)
         q = request.query
         jobs = list(reversed(self.ws.jobs.values()))  # newest first, as the service lists them
+        lag = self.ws.behaviour.list_lag_seconds
+        if lag > 0:  # an index that lags behind the resource store
+            cutoff = utcnow() - dt.timedelta(seconds=lag)
+            jobs = [j for j in jobs if j.created <= cutoff]
         if q.get("jobType"):
             jobs = [j for j in jobs if j.job_type.lower() == q["jobType"].lower()]
         if q.get("tag"):
             jobs = [j for j in jobs if q["tag"] in (j.properties.get("tags") or {})]
-        if q.get("properties"):
+        if q.get("properties") and not self.ws.behaviour.list_ignores_properties_filter:
             for pair in q["properties"].split(","):
                 key, _, value = pair.partition("=")
                 jobs = [

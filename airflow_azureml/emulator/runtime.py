@@ -106,6 +106,8 @@ class Behaviour:
     validate_deployments: bool = True  # a deployment's settings are checked when it is written
     check_api_versions: bool = True  # ARM refuses a missing or unregistered api-version (emulator.api_versions)
     check_audiences: bool = True  # each plane refuses tokens issued for another audience (emulator.identity)
+    list_ignores_properties_filter: bool = False  # the jobs LIST answers as if no ``properties`` filter was sent
+    list_lag_seconds: float = 0.0  # a job shows in the jobs LIST only this long after it was created (GET at once)
 
     def update(self, values: dict[str, Any]) -> None:
         known = {f.name for f in fields(self)}

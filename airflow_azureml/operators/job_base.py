@@ -516,10 +516,17 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         return latest
 
     def _listed(self, state: ResubmissionState, **only: str) -> dict[int, list[Listed]]:
-        """The unit's jobs by resubmission number, from one LIST filtered on the unit's property."""
+        """The unit's jobs by resubmission number, from one LIST filtered on the unit's property.
+
+        Every job kept carries the filter's properties itself: a LIST that ignores or loosens its
+        filter (Azure documents no matching rule) must never hand this unit another unit's job.
+        """
+        wanted = {naming.UNIT_TAG: state.key, **only}
         listed: dict[int, list[Listed]] = {}
-        for item in self.hook.find_job_resources({naming.UNIT_TAG: state.key, **only}):
+        for item in self.hook.find_job_resources(wanted):
             found = Listed.from_rest(item)
+            if any(found.snapshot.properties.get(key) != value for key, value in wanted.items()):
+                continue
             try:
                 listed.setdefault(int(found.snapshot.properties.get(naming.RESUBMISSION_TAG, "")), []).append(found)
             except ValueError:

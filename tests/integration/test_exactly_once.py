@@ -293,6 +293,25 @@ def test_job_azure_named_is_found_before_submitting(workspace: Emulator, run_cas
     assert lists and all("airflow_azureml.unit=" in r["query"].get("properties", "") for r in lists)
 
 
+def test_a_list_that_ignores_its_filter_hands_no_unit_another_units_job(workspace: Emulator, run_case) -> None:
+    """The LIST answers every job of the workspace, whatever the filter; names are Azure's (no GET finds them)."""
+    workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    workspace.set_behaviour(list_ignores_properties_filter=True)
+    run, failures = run_case({"job_identity": "partition-1"})
+    assert str(run.state) == "success", failures
+    first = xcom_value(run, "invoke")["job_name"]
+    run, failures = run_case({"job_identity": "partition-2"})
+    assert str(run.state) == "success", failures
+    second = xcom_value(run, "invoke")["job_name"]
+    assert second != first, "partition-2 was handed partition-1's job"
+    # and partition-1 still finds its own finished job among everything the LIST returns
+    run, failures = run_case({"job_identity": "partition-1"})
+    assert str(run.state) == "success", failures
+    assert xcom_value(run, "invoke")["job_name"] == first
+    jobs = {j.name: j for j in workspace.jobs()}
+    assert set(jobs) == {first, second} and all(j.status == "Completed" for j in jobs.values())
+
+
 def test_azure_named_chain_resubmits_and_finds_every_job(workspace: Emulator, run_case) -> None:
     workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
     with when_sampled(workspace, preempt_cluster):
