@@ -28,6 +28,10 @@ from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot,
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
 MAX_BACKOFF = 600.0
 MAX_RECORDED = 200  # jobs remembered as recorded in the shared spot history (a chain is far shorter)
+# How long a job may stay out of the jobs LIST after it was created. Azure documents no bound (ARM
+# lists are eventually consistent); the emulator's list_lag_seconds is tested up to 60 s. A try that
+# finds an earlier try's submit unfinished looks for its job this long before submitting again.
+LIST_LAG_SECONDS = 90.0
 # task_state_store key (one row per DAG run, task and map index; retries and clears share it).
 # Renaming it breaks in-flight retries.
 STATE_KEY = "azureml_job"
@@ -66,6 +70,9 @@ class ResubmissionState:
     max_tries: int | None = None
     cleared: bool = False
     usage: dict[str, Any] = field(default_factory=dict)  # the chain's node counts, every wait's (cost.py)
+    # Written before a submit is sent, cleared once its job is recorded: {"n": resubmission, "at": epoch s}.
+    # Found set by the next try, the submit may have created a job that neither its name nor the LIST shows yet.
+    submitting: dict[str, Any] | None = None
 
     @property
     def current(self) -> str | None:
@@ -93,6 +100,7 @@ class ResubmissionState:
             "deferred_on": self.deferred_on,
             "max_tries": self.max_tries,
             "usage": self.usage,
+            "submitting": self.submitting,
         }
 
 
@@ -601,6 +609,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.usage = dict(recalled.get("usage") or {})  # a retry or a clear keeps what the chain has cost
         state.recorded = list(recalled.get("recorded") or [])  # a clear must not record a job twice
         state.canceled_at = dict(recalled.get("canceled_at") or {})
+        submitting = recalled.get("submitting")
+        state.submitting = dict(submitting) if isinstance(submitting, dict) else None  # kept across a clear too
         previous = recalled.get("max_tries")
         state.cleared = previous is not None and max_tries is not None and previous != max_tries
         if state.cleared:
@@ -681,9 +691,15 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 self._move_to_fallback(context, state, decision.use_fallback, decision.rule, decision.log_inputs())
         n = state.next_resubmission
         requested = self._name(state, n)
+        earlier = self._job_of_an_unfinished_submit(state, n)
+        if earlier is not None:
+            self._record_submitted(context, state, n, earlier)
+            return earlier
         fallback = self.fallback_target() if state.fallback_rule else None
         where = f" on the fallback {fallback} ({state.fallback_rule})" if fallback else ""
         self.log.info("Submitting job %s (resubmission %d)%s.", requested, n, where)
+        state.submitting = {"n": n, "at": time.time()}
+        self._remember(context, state)  # before the request: a crash from here on leaves this record
         name = self.submit_job(context, requested, fallback, naming.job_markers(state.key, n)) or requested
         if name != requested:
             self.log.warning("Azure named the job %s instead of %s; following the name it returned.", name, requested)
@@ -695,13 +711,47 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 if kept != name:
                     self.log.warning("Following job %s, the older job of the same unit of work.", kept)
                 name = kept
+        self._record_submitted(context, state, n, name)
+        return name
+
+    def _record_submitted(self, context: Any, state: ResubmissionState, n: int, name: str) -> None:
         state.job_names.append(name)
         state.next_resubmission = n + 1
+        state.submitting = None
         self._remember(context, state)  # first thing after the submit returns
         if not self._on_fallback(state, name):
             self._record_start_on_cluster(name)
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
-        return name
+
+    def _job_of_an_unfinished_submit(self, state: ResubmissionState, n: int) -> str | None:
+        """An earlier try stopped while submitting resubmission ``n`` (a crash between the request and
+        the record): its job may exist under a name Azure chose, not yet in the LIST. Look for it by
+        its properties and by the requested name until ``LIST_LAG_SECONDS`` after that submit began."""
+        pending = state.submitting
+        if not pending or pending.get("n") != n:
+            return None
+        started = float(pending.get("at") or 0.0)
+        deadline = started + LIST_LAG_SECONDS
+        self.log.warning(
+            "An earlier try stopped while submitting resubmission %d; looking for its job until %s "
+            "(Azure's LIST can lag behind a new job) before submitting again.",
+            n,
+            datetime.fromtimestamp(deadline, timezone.utc).strftime("%H:%M:%S UTC"),
+        )
+        while True:
+            jobs = self._listed(state, **{naming.RESUBMISSION_TAG: str(n)}).get(n, [])
+            if jobs:
+                name = self._keep_one(state, n, jobs)
+                self.log.info("Found job %s of that submit; following it instead of submitting again.", name)
+                return name
+            snapshot = self.hook.job_snapshot(self._name(state, n))
+            if snapshot is not None:
+                return snapshot.name
+            left = deadline - time.time()
+            if left <= 0:
+                self.log.info("No job of resubmission %d appeared within %.0f s; submitting.", n, LIST_LAG_SECONDS)
+                return None
+            time.sleep(min(left, max(1.0, self.polling.interval)))
 
     def _fallback_argument(self) -> str:
         return "fallback_compute"

@@ -25,6 +25,7 @@ from tests.integration.test_exactly_once import clear_and_rerun, try_numbers
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
 INPUT = "in/20261101"
 CLUSTER = "low-pri-cluster"
+ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-xgboost"
 ROWS = 100
 
 
@@ -173,6 +174,26 @@ def test_invoke_lost_past_the_sdks_retries_is_found_by_the_next_try(workspace: E
     posts = requests_for(workspace, "POST", "/jobs")
     assert [p.get("fault") for p in posts] == ["drop-after"] + ["drop"] * 4
     assert [f["task"] for f in failures] == [], "a try that Airflow retries is not a failure"
+    assert try_numbers(run) == 2
+    assert_scored_once(workspace, result["job_name"])
+
+
+def test_invoke_lost_past_the_sdks_retries_with_its_name_ignored_and_the_list_behind(
+    workspace: Emulator, run_dag
+) -> None:
+    # As above, but neither the name nor the LIST finds the job at once: Azure chose the name, and the LIST
+    # shows the job only 3 s after it was created. The failed try recorded its unfinished submit, so the
+    # retry looks for that submit's job before invoking again.
+    workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    workspace.set_behaviour(list_lag_seconds=3.0)
+    workspace.add_fault(kind="drop", when="after", route="invoke")
+    workspace.add_fault(kind="drop", route="invoke", count=4)
+    run, failures = run_dag("azureml_invoke_case", {"retries": 1})
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert result["job_names"] == [result["job_name"]] and result["job_name"].startswith("batchjob-")
+    assert [(j.name, j.status) for j in workspace.jobs()] == [(result["job_name"], "Completed")]
+    assert len(requests_for(workspace, "POST", "/jobs")) == 5, "the retry invoked again"
     assert try_numbers(run) == 2
     assert_scored_once(workspace, result["job_name"])
 
