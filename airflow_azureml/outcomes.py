@@ -109,8 +109,9 @@ class JobSnapshot:
             compute=compute_id.rstrip("/").rsplit("/", 1)[-1] or None,
             error_message=error,
             warnings=warnings,
-            output_uri=run_props.get("azureml.batch.outputUri")
-            or ((props.get("outputs") or {}).get("score") or {}).get("uri"),
+            output_uri=_without_sas_signature(
+                run_props.get("azureml.batch.outputUri") or ((props.get("outputs") or {}).get("score") or {}).get("uri")
+            ),
             tags=dict(props.get("tags") or {}),
             properties={str(k): str(v) for k, v in run_props.items() if v is not None},
             instance_count=_count((props.get("compute") or {}).get("instanceCount"))
@@ -339,3 +340,12 @@ def exception_for(job: JobSnapshot, verdict: Classification) -> Exception:
             f"Job {job.name} was preempted: {verdict.reason}", job_name=job.name, status=job.status
         )
     return AzureMLJobFailedError(f"Job {job.name} failed: {verdict.reason}", job_name=job.name, status=job.status)
+
+
+def _without_sas_signature(uri: Any) -> str | None:
+    """An output URI as it may be logged, raised and put in XCom: a SAS signature never travels on."""
+    if not uri:
+        return None
+    from airflow_azureml.redaction import safe_uri
+
+    return safe_uri(str(uri))

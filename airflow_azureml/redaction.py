@@ -21,6 +21,12 @@ _PATTERNS = [
     # a bare "token" key (kubeconfig users, JSON): only as a key, so "could not get a token: ..." stays
     re.compile(r"(?i)([\"']token[\"']\s*:\s*)(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')"),
     re.compile(r"(?im)(^\s*-?\s*token\s*:\s*)(?![\"'\s])\S+"),
+    re.compile(r"(?im)(^\s*-?\s*token\s*:\s*)(\"(?:\\.|[^\"\\])*\"|'(?:[^']|'')*')"),  # YAML, quoted
+    re.compile(r"(?im)(^\s*-?\s*client-key-data\s*:\s*)[\"']?[A-Za-z0-9+/=]+[\"']?"),  # kubeconfig key
+    # a JSON/dict key naming a key: "accountKey", "primaryKey", "key" (not the word "key" in prose)
+    re.compile(r"(?i)([\"'](?:[a-z]*[_-]?key|key)[\"']\s*:\s*)(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')"),
+    # a private key in PEM form (certificates are public and stay)
+    re.compile(r"-----BEGIN ([A-Z ]*PRIVATE KEY)-----[\s\S]*?(?:-----END \1-----|$)"),
     re.compile(r"(?i)(\b(?:bearer|basic)\s+)[^\s\"',;]+"),  # Authorization header values
     re.compile(r"(?i)(\bsig=)[^&\s\"'<>]+"),  # SAS signature
     re.compile(r"(?i)(\bAccountKey=)(\"[^\"]*\"|'[^']*'|[^;\s\"']+)"),  # storage connection string
@@ -69,6 +75,29 @@ def scrub(text: str, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: max(limit - 3, 0)] + "..."
     return text
+
+
+# SAS parameters that say nothing secret: version, services, resource types, permissions, times, protocol,
+# resource, IP range. The signature and anything unknown (a user delegation key's fields) are dropped.
+_SAS_PUBLIC = frozenset({"sv", "ss", "srt", "sp", "se", "st", "spr", "sr", "sip", "sdd", "api-version"})
+
+
+def safe_uri(uri: str) -> str:
+    """``uri`` with a SAS query reduced to its non-secret parameters, for logs, errors and XCom.
+
+    A URI without ``sig`` is returned unchanged. The result is not a working SAS URL any more.
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    text = str(uri)
+    if "sig=" not in text.lower():
+        return text
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return scrub(text)
+    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() in _SAS_PUBLIC]
+    return urlunsplit(parts._replace(query=urlencode(kept, safe=":")))
 
 
 def yaml_error_summary(exc: Any) -> str:

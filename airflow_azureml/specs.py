@@ -72,13 +72,15 @@ def check_deployment_name(value: Any) -> str:
 
 
 def check_data_uri(label: str, value: Any) -> str:
+    from airflow_azureml.redaction import safe_uri
+
     if not isinstance(value, str) or not value.strip():
         raise AzureMLConfigError(f"{label} must be a non-empty data URI, got {value!r}.")
     if "{{" in value or "{%" in value:
-        raise AzureMLConfigError(f"{label} {value!r} still contains an unrendered template.")
+        raise AzureMLConfigError(f"{label} {safe_uri(value)!r} still contains an unrendered template.")
     if not DATA_URI.match(value):
         raise AzureMLConfigError(
-            f"{label} {value!r} is not a data URI; use azureml://datastores/<store>/paths/<path>/ "
+            f"{label} {safe_uri(value)!r} is not a data URI; use azureml://datastores/<store>/paths/<path>/ "
             "(or an https:// / abfss:// URI, or azureml:<data-asset>:<version>)."
         )
     return value

@@ -128,3 +128,62 @@ def test_scrub_keeps_words_that_only_mention_a_token() -> None:
     assert scrub("could not get a token: ClientAuthenticationError") == (
         "could not get a token: ClientAuthenticationError"
     )
+
+
+PEM_KEY = (
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('users:\n- user:\n    token: "quoted-kube-token-1"\n', "quoted-kube-token-1"),
+        ("users:\n- user:\n    token: 'single-quoted-token-2'\n", "single-quoted-token-2"),
+        ("    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQo=\n", "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVk"),
+        (f"-----BEGIN PRIVATE KEY-----\n{PEM_KEY}\n-----END PRIVATE KEY-----", "MIIEvQIBADANBgkq"),
+        (f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_KEY}\n-----END RSA PRIVATE KEY-----", "MzEfYyji"),
+        ('{"accountKey": "c3RvcmFnZS1hY2NvdW50LWtleQ=="}', "c3RvcmFnZS1hY2NvdW50LWtleQ"),
+        ('{"key": "primary-key-value-123"}', "primary-key-value-123"),
+        ("{'primaryKey': 'another-key-value-456'}", "another-key-value-456"),
+    ],
+)
+def test_scrub_removes_the_remaining_secret_shapes(text: str, secret: str) -> None:
+    assert secret not in scrub(text)
+
+
+def test_scrub_keeps_a_certificate_and_words_about_keys() -> None:
+    cert = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ\n-----END CERTIFICATE-----"
+    assert scrub(cert) == cert  # public: the emulator's CA certificate is shown on purpose
+    assert scrub("unknown key 'tier', did you mean 'tiers'?") == "unknown key 'tier', did you mean 'tiers'?"
+
+
+def test_safe_uri_keeps_a_sas_urls_non_secret_parameters() -> None:
+    from airflow_azureml.redaction import safe_uri
+
+    url = f"https://acct.blob.core.windows.net/c/dir/?sv=2022-11-02&sr=c&sp=rl&se=2026-12-03T00%3A00%3A00Z&sig={SIG}"
+    safe = safe_uri(url)
+    assert SIG[:8] not in safe and "sig=" not in safe
+    assert safe.startswith("https://acct.blob.core.windows.net/c/dir/?") and "sv=2022-11-02" in safe and "sp=rl" in safe
+    plain = "azureml://datastores/workspaceblobstore/paths/out/20261101/"
+    assert safe_uri(plain) == plain
+
+
+def test_a_bad_data_uri_error_carries_no_sas_signature() -> None:
+    from airflow_azureml.exceptions import AzureMLConfigError
+    from airflow_azureml.specs import check_data_uri
+
+    with pytest.raises(AzureMLConfigError) as err:
+        check_data_uri("inputs['d']", f"ftp://acct.blob.core.windows.net/c/?sv=2022-11-02&sig={SIG}")
+    assert SIG[:8] not in str(err.value) and "sv=2022-11-02" in str(err.value)
+
+
+def test_a_jobs_sas_output_uri_reaches_no_xcom_with_its_signature() -> None:
+    from airflow_azureml.outcomes import JobSnapshot
+
+    out = f"https://acct.blob.core.windows.net/c/out/?sv=2022-11-02&sr=c&sp=rwl&sig={SIG}"
+    job = {"name": "j", "properties": {"status": "Completed", "outputs": {"score": {"uri": out}}}}
+    snapshot = JobSnapshot.from_rest(job)
+    assert snapshot.output_uri is not None and SIG[:8] not in snapshot.output_uri and "sp=rwl" in snapshot.output_uri
+    assert SIG[:8] not in str(snapshot.to_dict())
