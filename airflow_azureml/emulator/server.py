@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import secrets
 import socket
 import ssl
@@ -48,7 +49,15 @@ from airflow_azureml.emulator.runtime import EmulatorError, Timing, Workspace
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PUBLIC_PREFIXES = ("/common/discovery/", "/discovery/", "/api/retail/")  # retail prices: public, as in Azure
+# The only routes served without a bearer token, matched whole (a path that merely contains "/oauth2/" is
+# not one): Entra ID's identity endpoints, the workspace discovery document, and the Retail Prices API
+# (public, as prices.azure.com is). Everything else, the control API included, needs a token.
+IDENTITY_ROUTES = (
+    re.compile(r"/common/discovery/instance"),
+    re.compile(r"/[^/]+/v2\.0/\.well-known/openid-configuration"),
+    re.compile(r"/[^/]+/oauth2/v2\.0/token"),
+)
+PUBLIC_ROUTES = (re.compile(r"/discovery/workspaces/[^/]+"), re.compile(r"/api/retail/prices"))
 MAX_LOGGED_REQUESTS = 200_000
 
 
@@ -210,6 +219,8 @@ class Emulator:
             "query": dict(request.query),
             "ua": request.headers.get("User-Agent", ""),
         }
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        entry["peer_port"] = peer[1] if peer else None  # known while the request is in flight too
         if len(self.request_log) < MAX_LOGGED_REQUESTS:
             self.request_log.append(entry)
         try:
@@ -223,8 +234,6 @@ class Emulator:
                 response = arm_error(exc.status, "NotFound" if exc.status == 404 else "BadRequest", exc.reason)
         entry["status"] = response.status
         entry["ms"] = round((time.monotonic() - started) * 1000, 2)
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        entry["peer_port"] = peer[1] if peer else None
         for predicate, callback in list(self.response_hooks):
             if predicate(entry):  # runs after this response has been written to the socket
                 asyncio.get_running_loop().call_later(0.05, callback, dict(entry))
@@ -238,8 +247,8 @@ class Emulator:
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
         entry: dict[str, Any],
     ) -> web.StreamResponse:
-        is_identity = "/oauth2/" in request.path or "/.well-known/" in request.path
-        if not is_identity and not request.path.startswith(PUBLIC_PREFIXES):
+        is_identity = any(route.fullmatch(request.path) for route in IDENTITY_ROUTES)
+        if not is_identity and not any(route.fullmatch(request.path) for route in PUBLIC_ROUTES):
             auth = request.headers.get("Authorization", "")
             token = auth[7:] if auth.startswith("Bearer ") else ""
             if not token or not self.identity.valid(token):

@@ -227,6 +227,35 @@ def test_routes_reject_missing_or_unknown_token(emulator: Emulator, header: str 
     assert response.json()["error"]["code"] == "AuthenticationFailed"
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        # an experiment named "oauth2": the run history route, once readable with no token
+        "/history/v1.0{ws}/experiments/oauth2/runs/some-run/details",
+        # a cluster named ".well-known": a control action, once open to anyone
+        "/_emulator/clusters/.well-known/preempt",
+        "/_emulator/behaviour",
+        "/_emulator/requests",
+    ],
+)
+def test_only_the_identity_discovery_and_prices_routes_are_open(emulator: Emulator, path: str) -> None:
+    ws = (
+        f"/subscriptions/{emulator.subscription_id}/resourceGroups/{emulator.resource_group}"
+        f"/providers/Microsoft.MachineLearningServices/workspaces/{emulator.workspace_name}"
+    )
+    url = emulator.base_url + path.format(ws=ws)
+    method = "POST" if "/clusters/" in path else "GET"
+    response = requests.request(method, url, verify=emulator.ca_cert, timeout=10, json={} if method == "POST" else None)
+    assert response.status_code == 401, (path, response.status_code, response.text[:200])
+    open_paths = [
+        f"/{emulator.tenant_id}/v2.0/.well-known/openid-configuration",
+        "/common/discovery/instance?api-version=1.1&authorization_endpoint=x",
+        f"/discovery/workspaces/{emulator.workspace_name}",
+    ]
+    for open_path in open_paths:
+        assert requests.get(emulator.base_url + open_path, verify=emulator.ca_cert, timeout=10).status_code != 401
+
+
 def test_listens_on_loopback_only(emulator: Emulator) -> None:
     assert emulator.base_url.startswith("https://127.0.0.1:")
     addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
