@@ -122,6 +122,8 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
             "AIRFLOW_CONN_AZURE_ML_DEFAULT": emulator.connection_info()["airflow_conn_json"],
             "AZUREML_DATASTORE_ROOT": f"file://{emulator.datastore_path('')}",
             "AZUREML_POLL_SECONDS": "1",
+            # a job held queued for minutes would back its wait off to 300 s, and the row would sit idle
+            "AZUREML_MAX_POLL_SECONDS": "3",
             "AZUREML_RESUBMIT_BACKOFF_SECONDS": "1",
         },
     )

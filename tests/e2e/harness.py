@@ -161,12 +161,18 @@ class AirflowDeployment:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
             "AIRFLOW__API__PORT": str(self.api_port),
+            # the scheduler's and the triggerers' log servers: ports of this deployment's own, so that
+            # several deployments (one per e2e file under pytest-xdist) run side by side
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__API_AUTH__JWT_SECRET": "e2e-jwt-secret-not-a-real-one",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            # The DAG files never change during a run: parsed once at start-up, not every 5 s (each parse is
+            # a process of its own, and three deployments share two cores with the rest of the suite).
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",

@@ -1,0 +1,243 @@
+"""What the fault-matrix rows share: running the example DAG for a row's interval, waiting on conditions,
+and the checks every row makes (no duplicate job, no lost or duplicated row, no secret left behind).
+
+The matrix is split over two files so that pytest-xdist (``--dist loadfile``) runs them side by side,
+each file on its own worker with its own deployment (the session fixture ``e2e``): every row injects its
+fault into its deployment's one emulator, so rows of one file run one after another.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from tests.e2e.conftest import DAG_ID, E2E
+
+CONF = {"partitions": 2, "files_per_partition": 3, "rows_per_file": 10}
+CLUSTER = "low-pri-cluster"
+
+
+def in_background(action: Callable[[], Any]) -> threading.Thread:
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    return thread
+
+
+# Set once a row's run has ended: a fault thread still waiting gives up (and undoes its holds) then,
+# instead of reaching into the next row on the session's one emulator.
+ROW_OVER = threading.Event()
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 180, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ROW_OVER.is_set():
+            raise TimeoutError(f"the row's run ended before {what}")
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def cluster_exists(e2e: E2E) -> bool:
+    return bool(e2e.emulator.call(lambda: CLUSTER in e2e.emulator.workspace.computes))
+
+
+def running_jobs(e2e: E2E, interval: str) -> list[Any]:
+    return [j for j in e2e.jobs_for(interval) if j.status == "Running"]
+
+
+def run_example(
+    e2e: E2E,
+    logical_date: str,
+    conf: dict[str, Any] | None = None,
+    during: Callable[[str, str], Any] | None = None,
+    timeout: float = 400,
+) -> tuple[str, str, str]:
+    interval = e2e.interval_key(logical_date)
+    forget_spot_history(e2e)
+    run_id = e2e.airflow.trigger(DAG_ID, logical_date, {**CONF, **(conf or {})})
+    watcher = in_background(lambda: during(run_id, interval)) if during else None
+    try:
+        state = e2e.airflow.wait_for_run(DAG_ID, run_id, timeout)
+    finally:
+        ROW_OVER.set()
+        if watcher:
+            watcher.join(timeout=30)
+        ROW_OVER.clear()
+    e2e.emulator.clear_faults()
+    if state != "success":
+        print(explain_run(e2e, run_id, interval))  # shown by pytest only when the row fails
+    return run_id, interval, state
+
+
+def explain_run(e2e: E2E, run_id: str, interval: str) -> str:
+    """What a row's run did, for a failed row: its tasks, its jobs, and the log tail of every try that failed."""
+    lines = [f"run {run_id}:"]
+    for ti in e2e.airflow.task_instances(DAG_ID, run_id):
+        lines.append(f"  {ti['task_id']}[{ti['map_index']}] {ti['state']} try {ti['try_number']}")
+    for job in sorted(e2e.jobs_for(interval), key=lambda j: j.created):
+        lines.append(f"  job {job.name} on {job.compute}: {job.status} {job.created:%H:%M:%S.%f}-{job.ended}")
+    run_logs = e2e.airflow.logs / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+    for log in sorted(run_logs.glob("task_id=*/**/attempt=*.log")):
+        text = log.read_text(errors="replace")
+        if '"level":"error"' in text or "Task failed" in text or "ERROR" in text:
+            lines.append(f"--- {log.relative_to(run_logs)} (last 60 lines)")
+            lines.extend(text.splitlines()[-60:])
+    return "\n".join(lines)
+
+
+def forget_spot_history(e2e: E2E) -> None:
+    """Each row starts with no spot history: the spot policy shares what it saw on the cluster between
+    runs (an Airflow Variable), and one row's preemptions would otherwise steer the next row's jobs to
+    the fallback deployment before its fault is injected on the spot cluster."""
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=e2e.postgres.port, user="airflow", dbname="airflow")
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM variable WHERE key LIKE 'azureml_spot_history%'")
+    finally:
+        conn.close()
+
+
+def assert_exactly_once(result: Any, jobs: int | None = None) -> None:
+    assert result.duplicate_jobs == 0, result
+    assert result.rows_lost == 0 and result.rows_duplicated == 0 and result.rows_in > 0, result
+    if jobs is not None:
+        assert result.jobs_submitted == jobs, result
+
+
+def deferred_scoring_task(e2e: E2E, run_id: str) -> dict[str, Any] | None:
+    return next(
+        (
+            t
+            for t in e2e.airflow.task_instances(DAG_ID, run_id)
+            if t["task_id"] == "score_partition" and t["state"] == "deferred"
+        ),
+        None,
+    )
+
+
+def trigger_polled(e2e: E2E, run_id: str, interval: str, partition: int) -> bool:
+    """Is this partition's trigger running: taken by a triggerer, which has since polled (asyncio client)?
+
+    The poller reads one LIST for all waits on a workspace (or GETs a job), so either counts.
+    """
+    rows = sql(
+        e2e,
+        "SELECT t.triggerer_id FROM task_instance ti JOIN trigger t ON ti.trigger_id = t.id"
+        " WHERE ti.dag_id = %s AND ti.run_id = %s AND ti.task_id = 'score_partition' AND ti.map_index = %s",
+        DAG_ID,
+        run_id,
+        partition,
+    )
+    jobs = [j for j in e2e.jobs_for(interval) if f"/part-{partition:03d}/" in str(j.input_uri or "")]
+    if not rows or rows[0][0] is None or not jobs:
+        return False
+    since = min(j.created for j in jobs).timestamp()
+    names = {j.name for j in jobs}
+    return any(
+        r["ua"].endswith("(asyncio)")
+        and r["t"] > since
+        and (r["path"].endswith("/jobs") or r["path"].rsplit("/", 1)[-1] in names)
+        for r in e2e.emulator.requests()
+    )
+
+
+def pid_owning_local_port(port: int) -> int | None:
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.pid:
+            return int(conn.pid)
+    return None
+
+
+ENDPOINT = "heart-classifier-batch"
+DEPLOYMENT = "classifier-xgboost"
+MANY = {"partitions": 20, "files_per_partition": 1, "rows_per_file": 5}
+TERMINAL = ("Completed", "Failed", "Canceled")
+
+
+def scoring_tasks(e2e: E2E, run_id: str) -> dict[int, dict[str, Any]]:
+    return {t["map_index"]: t for t in e2e.airflow.task_instances(DAG_ID, run_id) if t["task_id"] == "score_partition"}
+
+
+def all_deferred(e2e: E2E, run_id: str, count: int) -> bool:
+    tasks = scoring_tasks(e2e, run_id)
+    return len(tasks) == count and all(t["state"] == "deferred" for t in tasks.values())
+
+
+def partition_jobs(e2e: E2E, interval: str, partition: int) -> list[Any]:
+    return [j for j in e2e.jobs_for(interval) if f"/part-{partition:03d}/" in str(j.input_uri or "")]
+
+
+def sql(e2e: E2E, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=e2e.postgres.port, user="airflow", dbname="airflow")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query, args)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def alive_triggerers(e2e: E2E) -> list[int]:
+    rows = sql(
+        e2e,
+        "SELECT id FROM job WHERE job_type = 'TriggererJob' AND state = 'running'"
+        " AND latest_heartbeat > now() - interval '5 seconds' ORDER BY id",
+    )
+    return [int(r[0]) for r in rows]
+
+
+def faults_served(e2e: E2E, since: int, needle: str) -> int:
+    return sum(1 for r in e2e.emulator.requests()[since:] if r.get("fault") and needle in r["path"])
+
+
+def held_queued(e2e: E2E, run_id: str, interval: str, jobs: int) -> None:
+    """No capacity until ``jobs`` jobs exist and every scoring task waits for its job in the triggerer."""
+    wait_until(lambda: cluster_exists(e2e), what="cluster")
+    e2e.emulator.set_capacity(CLUSTER, 0)
+    wait_until(lambda: len(e2e.jobs_for(interval)) >= jobs, timeout=240, what=f"{jobs} jobs")
+    wait_until(lambda: all_deferred(e2e, run_id, jobs), timeout=240, what=f"{jobs} deferred tasks")
+
+
+def assert_no_secret_material(e2e: E2E) -> None:
+    """No client secret, token or token payload in any log, XCom or trigger row this deployment wrote."""
+    import psycopg2
+
+    secret = e2e.emulator.client_secret
+    tokens = list(e2e.emulator.call(lambda: list(e2e.emulator.identity.issued)))
+    assert tokens, "the suite issued tokens"
+    needles = [secret, *tokens, *(t.split(".")[1] for t in tokens)]
+    files = [p for p in e2e.airflow.home.rglob("*") if p.is_file() and p.suffix in (".log", ".json", "")]
+    files = [p for p in files if p.name != "airflow.cfg" and "dags" not in p.parts]
+    scanned = 0
+    for path in files:
+        text = path.read_text(errors="replace")
+        scanned += 1
+        for needle in needles:
+            assert needle not in text, f"secret material in {path}"
+    conn = psycopg2.connect(host="127.0.0.1", port=e2e.postgres.port, user="airflow", dbname="airflow")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT value::text FROM xcom")
+            xcoms = [row[0] or "" for row in cur.fetchall()]
+            cur.execute("SELECT kwargs::text FROM trigger")
+            triggers = [row[0] or "" for row in cur.fetchall()]
+            cur.execute(
+                "SELECT count(*) FROM task_instance WHERE task_id = 'score_partition' AND next_method IS NOT NULL"
+            )
+    finally:
+        conn.close()
+    assert xcoms and scanned > 5
+    for text in xcoms + triggers:
+        for needle in needles:
+            assert needle not in text
