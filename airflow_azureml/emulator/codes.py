@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from airflow_azureml.emulator.blobs import ACCOUNT, BlobStore
+from airflow_azureml.emulator.errors import method_not_allowed
 from airflow_azureml.emulator.models import system_data, utcnow
 
 PROVIDER = "Microsoft.MachineLearningServices"
@@ -159,7 +160,7 @@ class CodeRoutes:
             except CodeConflict as exc:
                 return _error(400, "UserError", str(exc))
             return web.json_response(self._json(code), status=201 if created else 200)
-        return web.Response(status=405)
+        return method_not_allowed()
 
     async def start_pending_upload(self, request: web.Request) -> web.Response:
         self.routes._check_scope(request)

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from airflow_azureml.emulator.azure_rules import is_datastore_name
+from airflow_azureml.emulator.errors import arm_error, method_not_allowed
 from airflow_azureml.emulator.faults import FaultRule
 from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, system_data, utcnow
 from airflow_azureml.emulator.pricing import PriceError, retail_prices
@@ -20,11 +21,6 @@ from airflow_azureml.emulator.runtime import EmulatorError, Workspace
 
 PROVIDER = "Microsoft.MachineLearningServices"
 JOBS_PAGE_SIZE = 100
-
-
-def arm_error(status: int, code: str, message: str, extra: dict[str, Any] | None = None) -> web.Response:
-    body = {"code": code, "message": message, "details": [], **(extra or {})}
-    return web.json_response({"error": body}, status=status)
 
 
 def token_principal(token: str) -> dict[str, str]:
@@ -201,7 +197,7 @@ class Routes:
             if not existed:
                 return web.Response(status=204)
             return web.Response(status=202, headers=self._lro_headers("deleted", name))
-        return web.Response(status=405)
+        return method_not_allowed()
 
     # ----------------------------------------------------- batch endpoints
     async def list_endpoints(self, request: web.Request) -> web.Response:
@@ -250,7 +246,7 @@ class Routes:
             for key in [k for k in self.ws.deployments if k[0] == name]:
                 del self.ws.deployments[key]
             return web.Response(status=202, headers=self._lro_headers("deleted", name))
-        return web.Response(status=405)
+        return method_not_allowed()
 
     async def list_deployments(self, request: web.Request) -> web.Response:
         self._check_scope(request)
@@ -282,7 +278,7 @@ class Routes:
             if self.ws.deployments.pop((ep, name), None) is None:
                 return web.Response(status=204)
             return web.Response(status=202, headers=self._lro_headers("deleted", name))
-        return web.Response(status=405)
+        return method_not_allowed()
 
     async def operation_status(self, request: web.Request) -> web.Response:
         op = self.operations.get(request.match_info["op"])
@@ -352,7 +348,7 @@ class Routes:
             except EmulatorError as exc:  # immutability errors carry MFE's messageParameters/innerError
                 return arm_error(exc.status, exc.code, exc.message, exc.extra)
             return web.json_response(job.to_arm(self.ws_id), status=201 if created else 200)
-        return web.Response(status=405)
+        return method_not_allowed()
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         self._check_scope(request)
@@ -490,7 +486,7 @@ class Routes:
         if request.method == "PUT":
             _, created = self.ws.put_environment_version(name, version, await request.json())
             return web.json_response(self._environment_json(name, version), status=201 if created else 200)
-        return web.Response(status=405)
+        return method_not_allowed()
 
     # ------------------------------------------------------------ data plane
     async def invoke(self, request: web.Request) -> web.Response:
@@ -559,7 +555,7 @@ class Routes:
         if request.method == "GET":
             return web.json_response([self.ws.prices.ratios(sku) for sku in self.ws.prices.spot_ratio])
         if request.method != "POST":
-            return web.Response(status=405)
+            return method_not_allowed()
         data = await request.json()
         if not isinstance(data, dict) or not data.get("armSkuName"):
             return arm_error(400, "BadRequest", "body must be {armSkuName, spot?, low_priority?}")
@@ -646,7 +642,7 @@ class Routes:
             return web.json_response(self.ws.set_behaviour(await request.json()))
         if request.method == "GET":
             return web.json_response(self.ws.behaviour.to_dict())
-        return web.Response(status=405)
+        return method_not_allowed()
 
     async def control_deployment_behaviour(self, request: web.Request) -> web.Response:
         ep, name = request.match_info["ep"], request.match_info["name"]

@@ -231,7 +231,17 @@ class Emulator:
             if is_kubernetes_path(request.path):
                 response = status_response(exc.status, exc.reason.replace(" ", ""), exc.reason)
             else:
-                response = arm_error(exc.status, "NotFound" if exc.status == 404 else "BadRequest", exc.reason)
+                codes = {404: "NotFound", 405: "MethodNotAllowed"}
+                response = arm_error(exc.status, codes.get(exc.status, "BadRequest"), exc.reason)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # Input the handler could not read (a body that is not JSON, a field of the wrong type, a query
+            # value that does not parse): Azure refuses it at once with a 400; a 500 would be retried.
+            log.info("Malformed %s %s: %s: %s", request.method, request.path, type(exc).__name__, exc)
+            message = f"The request is malformed ({type(exc).__name__})."
+            if is_kubernetes_path(request.path):
+                response = status_response(400, "BadRequest", message)
+            else:
+                response = arm_error(400, "BadRequest", message)
         entry["status"] = response.status
         entry["ms"] = round((time.monotonic() - started) * 1000, 2)
         for predicate, callback in list(self.response_hooks):
@@ -428,6 +438,17 @@ class Emulator:
 
     def jobs(self) -> list[Job]:
         return self.call(lambda: list(self.workspace.jobs.values()))
+
+    def route_table(self) -> list[dict[str, str]]:
+        """Every route the HTTPS app serves: ``{"method", "path"}``, the path as registered (with placeholders)."""
+        assert self._runner is not None, "the emulator is not running"
+        table = []
+        for route in self._runner.app.router.routes():
+            info = route.resource.get_info() if route.resource is not None else {}
+            path = info.get("path") or info.get("formatter") or ""
+            if path:
+                table.append({"method": route.method, "path": path})
+        return table
 
     def requests(self) -> list[dict[str, Any]]:
         return self.call(lambda: list(self.request_log))
