@@ -355,6 +355,8 @@ class KubeCluster:
         return model.name, copy.deepcopy(dict(body["spec"])), {k: v for k, v in keep.items() if v}
 
     def create(self, body: Any, *, dry_run: bool = False) -> dict[str, Any]:
+        if isinstance(body, dict) and (body.get("metadata") or {}).get("resourceVersion"):
+            raise KubeError(400, "BadRequest", "resourceVersion should not be set on objects to be created")
         name, spec, keep = self._checked(body, None)
         if name in self.objects:
             raise KubeError(409, "AlreadyExists", f"{_qualified(name)} already exists", _details(name))

@@ -85,6 +85,16 @@ class EmulatorError(Exception):
         self.extra = extra or {}
 
 
+# Resource names as Azure ML documents them (emulator's own copy; the provider keeps its own rules).
+COMPUTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{1,14}[A-Za-z0-9]")
+ENDPOINT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]")
+
+
+def check_resource_name(kind: str, name: str, rule: re.Pattern[str], says: str) -> None:
+    if not rule.fullmatch(name):
+        raise EmulatorError(400, "BadRequest", f"Invalid {kind} name {name!r}: {says}, not ending with '-'")
+
+
 @dataclass
 class Behaviour:
     """Switches of the emulator's behaviour; each default is Azure's where Azure is documented.
@@ -248,6 +258,8 @@ class Workspace:
         if compute_type not in ("AmlCompute", "Kubernetes"):
             raise EmulatorError(400, "BadRequest", f"computeType {compute_type!r} is not supported here")
         existing = self.computes.get(name)
+        if existing is None:
+            check_resource_name("compute", name, COMPUTE_NAME, "3-16 characters: letters, digits, '-'; a letter first")
         if existing is not None and existing.compute_type != compute_type:
             raise EmulatorError(409, "Conflict", f"Compute {name!r} exists with type {existing.compute_type}")
         inner = dict(props.get("properties") or {})
@@ -260,6 +272,9 @@ class Workspace:
                 str(inner.get("vmPriority", "Dedicated")).lower() == "lowpriority"
             ):
                 raise EmulatorError(409, "Conflict", "vmPriority of an existing cluster cannot be changed")
+            old_size = str((existing.body.get("properties") or {}).get("vmSize", "")).lower() if existing else ""
+            if old_size and str(inner.get("vmSize", "")).lower() != old_size:
+                raise EmulatorError(409, "Conflict", "vmSize of an existing cluster cannot be changed")
         props.pop("provisioningState", None)
         created = existing is None
         if existing is None:
@@ -295,6 +310,11 @@ class Workspace:
     # -------------------------------------------------------- batch resources
     def put_endpoint(self, name: str, body: dict[str, Any]) -> tuple[TrackedResource, bool]:
         existing = self.endpoints.get(name)
+        auth_mode = (body.get("properties") or {}).get("authMode", "AADToken")
+        if auth_mode != "AADToken":  # batch endpoints take Microsoft Entra tokens only
+            raise EmulatorError(400, "BadRequest", f"authMode {auth_mode!r} is not supported by batch endpoints")
+        if existing is None:
+            check_resource_name("batch endpoint", name, ENDPOINT_NAME, "3-32 characters: letters, digits and '-'")
         if existing is None:
             self.endpoints[name] = TrackedResource(name=name, body=body)
             return self.endpoints[name], True
@@ -498,6 +518,8 @@ class Workspace:
             if self.behaviour.immutable_jobs:
                 self._update_job(existing, props)
             return existing, False
+        if props.get("jobType", "Command") == "Command" and not str(props.get("command") or "").strip():
+            raise EmulatorError(400, "UserError", "A command job needs a command (CommandJob.command is required)")
         compute_name = _short_name(props.get("computeId")) or ""
         compute = self.computes.get(compute_name)
         if compute is None:
