@@ -34,6 +34,7 @@ from airflow_azureml.operators import (
 CONFIG = Path(__file__).parent / "azureml"
 PREFIX = "assets"
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
+MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 
@@ -117,7 +118,7 @@ with DAG(
         endpoint_name="heart-classifier-batch",
         deployment_name="classifier-xgboost",
         resubmit_backoff=RESUBMIT_BACKOFF,
-        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         outlets=[SCORED],  # one asset event per rendered output, emitted when the job completed
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(plan())
@@ -148,7 +149,7 @@ with DAG(
         environment="azureml:AzureML-sklearn-1.5@latest",
         compute="low-pri-cluster",
         inputs=partitions,
-        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
     )
 
     @task

@@ -48,6 +48,7 @@ ENDPOINT = "heart-classifier-k8s"
 DEPLOYMENT = "classifier-k8s"
 PREFIX = "k8s-scoring"
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
+MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
 
 
@@ -141,7 +142,7 @@ with DAG(
         endpoint_name=ENDPOINT,
         deployment_name=DEPLOYMENT,
         deferrable=DEFERRABLE,
-        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(planned := plan(extracted := extract()))
 
@@ -169,7 +170,7 @@ with DAG(
         },
         job_identity="{{ dag.dag_id }}/{{ data_interval_start }}/gpu",
         deferrable=DEFERRABLE,
-        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
     )
     # [END howto_operator_submit_command_job]
 

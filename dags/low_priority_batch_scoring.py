@@ -34,7 +34,8 @@ Environment (read by the DAG processor and the workers alike):
   ``abfs://container@account.dfs.core.windows.net`` together with ``AZUREML_STORAGE_CONN_ID``, an
   Airflow connection (type ``adls`` or ``wasb``) for that storage account; ``abfs`` needs
   ``pip install "airflow-azureml[azure-storage]"``. Default: the emulator's local folder.
-- ``AZUREML_POLL_SECONDS``: first poll interval of a job's wait (default 30; it backs off to 300).
+- ``AZUREML_POLL_SECONDS``: first poll interval of a job's wait (default 30; it backs off to
+  ``AZUREML_MAX_POLL_SECONDS``, default 300, never below the first interval).
 - ``AZUREML_RESUBMIT_BACKOFF_SECONDS``: back-off of a loop of preemptions: from the third
   preemption of one partition on, doubling (default 60). The first two are resubmitted at once.
 - ``AZUREML_DEFERRABLE``: ``true`` (default) waits in the triggerer, ``false`` in the worker.
@@ -63,6 +64,7 @@ DEPLOYMENT = "classifier-xgboost"
 FALLBACK_DEPLOYMENT = "classifier-xgboost-dedicated"  # the same model on dedicated compute
 PREFIX = "scoring"
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
+MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
 # Waiting in the triggerer frees the worker slot for the hours a batch job can take.
 DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
@@ -133,7 +135,7 @@ with DAG(
         max_resubmits=3,
         resubmit_backoff=RESUBMIT_BACKOFF,
         deferrable=DEFERRABLE,
-        polling={"interval": POLL_SECONDS, "max_interval": max(POLL_SECONDS, 300.0)},
+        polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         max_queue_time="{{ params.max_queue_seconds }}",
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(planned := plan(extracted := extract()))

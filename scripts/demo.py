@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "AIRFLOW_CONN_AZURE_ML_DEFAULT": info["airflow_conn_json"],
         "AZUREML_DATASTORE_ROOT": f"file://{datastore(demo)}",
         "AZUREML_POLL_SECONDS": "1",
+        "AZUREML_MAX_POLL_SECONDS": "5",
         "AZUREML_RESUBMIT_BACKOFF_SECONDS": "2",
     }
     try:
