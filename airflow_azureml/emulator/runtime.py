@@ -311,7 +311,9 @@ class Workspace:
     def put_endpoint(self, name: str, body: dict[str, Any]) -> tuple[TrackedResource, bool]:
         existing = self.endpoints.get(name)
         auth_mode = (body.get("properties") or {}).get("authMode", "AADToken")
-        if auth_mode != "AADToken":  # batch endpoints take Microsoft Entra tokens only
+        if (
+            str(auth_mode).lower() != "aadtoken"
+        ):  # batch endpoints take Microsoft Entra tokens only (the SDK sends aadToken)
             raise EmulatorError(400, "BadRequest", f"authMode {auth_mode!r} is not supported by batch endpoints")
         if existing is None:
             check_resource_name("batch endpoint", name, ENDPOINT_NAME, "3-32 characters: letters, digits and '-'")

@@ -66,7 +66,8 @@ def test_a_batch_endpoint_takes_entra_tokens_only(emulator: Emulator, mode: str)
     body = {"location": "eastus", "properties": {"authMode": mode}}
     refused = arm(emulator, "PUT", "/batchEndpoints/heart-batch", body)
     assert refused.status_code == 400 and "authMode" in refused.json()["error"]["message"]
-    assert arm(emulator, "PUT", "/batchEndpoints/heart-batch", {**body, "properties": {"authMode": "AADToken"}}).ok
+    for accepted in ("AADToken", "aadToken"):  # the swagger's enum value, and what azure-ai-ml sends
+        assert arm(emulator, "PUT", "/batchEndpoints/heart-batch", {**body, "properties": {"authMode": accepted}}).ok
     assert arm(emulator, "PUT", "/batchEndpoints/-heart", {**body, "properties": {}}).status_code == 400
 
 
