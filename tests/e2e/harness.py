@@ -151,6 +151,13 @@ class AirflowDeployment:
             shutil.copy(source, self.dags / source.name)
         shutil.copy(REPO / "dags" / ".airflowignore", self.dags / ".airflowignore")
         shutil.copytree(REPO / "dags" / "azureml", self.dags / "azureml")
+        # Every Airflow process imports airflow_local_settings at start. Importing azure.ai.ml there (about
+        # 3.5 s of CPU) lets the scheduler's LocalExecutor workers, and the task processes they fork, share
+        # one import instead of paying it in every task: the matrix runs about 200 tasks that call the SDK.
+        # A production deployment may preload the same way (docs/deferrable.md); the provider's own lazy
+        # import is held by tests/unit/test_provider.py and tests/integration/test_hook_environment.py.
+        (self.home / "config").mkdir(parents=True)
+        (self.home / "config" / "airflow_local_settings.py").write_text("import azure.ai.ml  # noqa: F401\n")
         self.env = {
             **os.environ,
             "AIRFLOW_HOME": str(self.home),
