@@ -320,23 +320,20 @@ def test_submitter_killed_before_the_answer_while_the_name_is_ignored_and_the_li
     killed: list[str] = []
 
     def kill_while_answer_held(run_id: str, interval: str) -> None:
-        def in_flight() -> dict[str, Any] | None:
+        def submitter_waiting_for_its_answer() -> int | None:
+            """The task process whose invoke created its job and whose answer the emulator still holds."""
             if not e2e.jobs_for(interval):
                 return None
-            return next(
-                (
-                    r
-                    for r in e2e.emulator.requests()
-                    if r.get("fault") == "latency-after" and "status" not in r and r.get("peer_port")
-                ),
-                None,
-            )
+            for r in e2e.emulator.requests():
+                if r.get("fault") == "latency-after" and "status" not in r and r.get("peer_port"):
+                    pid = pid_owning_local_port(r["peer_port"])
+                    if pid and pid != os.getpid():
+                        return pid
+            return None
 
-        entry = wait_until(in_flight, what="an invoke whose job exists and whose answer is held")
-        pid = pid_owning_local_port(entry["peer_port"])
-        if pid and pid != os.getpid():
-            killed.append(str(pid))
-            os.kill(pid, signal.SIGKILL)
+        pid = wait_until(submitter_waiting_for_its_answer, what="the submitter of a committed invoke, answer held")
+        killed.append(str(pid))
+        os.kill(pid, signal.SIGKILL)
 
     e2e.emulator.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
     e2e.emulator.set_behaviour(list_lag_seconds=30.0)

@@ -182,15 +182,22 @@ def test_invoke_lost_past_the_sdks_retries_with_its_name_ignored_and_the_list_be
     workspace: Emulator, run_dag
 ) -> None:
     # As above, but neither the name nor the LIST finds the job at once: Azure chose the name, and the LIST
-    # shows the job only 3 s after it was created. The failed try recorded its unfinished submit, so the
+    # shows the job only 10 s after it was created. The failed try recorded its unfinished submit, so the
     # retry looks for that submit's job before invoking again.
     workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
-    workspace.set_behaviour(list_lag_seconds=3.0)
+    workspace.set_behaviour(list_lag_seconds=10.0)
     workspace.add_fault(kind="drop", when="after", route="invoke")
     workspace.add_fault(kind="drop", route="invoke", count=4)
+    from airflow_azureml import compat
+
     run, failures = run_dag("azureml_invoke_case", {"retries": 1})
     assert str(run.state) == "success", (task_states(run), failures)
     result = xcom_value(run, "invoke")
+    if not compat.has_task_state_store():
+        # Airflow < 3.3 (docs/airflow_versions.md, docs/operators.md): the failed try's record does not reach
+        # the retry, which finds no job by name or LIST and invokes again: the documented gap, two jobs
+        assert len(workspace.jobs()) == 2 and len(requests_for(workspace, "POST", "/jobs")) == 6
+        return
     assert result["job_names"] == [result["job_name"]] and result["job_name"].startswith("batchjob-")
     assert [(j.name, j.status) for j in workspace.jobs()] == [(result["job_name"], "Completed")]
     assert len(requests_for(workspace, "POST", "/jobs")) == 5, "the retry invoked again"
