@@ -1,13 +1,15 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the example DAG against the local Azure ML emulator
-#   make test   run the test suite (unit, integration, e2e); changes no tracked file. Two pytest-xdist
-#               workers, a test file at a time (--dist loadfile): one runs the e2e matrix (one file, one
-#               shared Airflow deployment), the other the rest beside it.
+#   make test   run the test suite (unit, integration, e2e); changes no tracked file. Four pytest-xdist
+#               workers, a test file at a time (--dist loadfile): the e2e matrix is two files, each run by
+#               one worker on an Airflow deployment of its own, and the other workers take the rest. The
+#               suite mostly waits (emulated jobs, Airflow's scheduler), so four workers share two cores.
 # and one more for maintainers:
 #   make reliability   run the e2e fault matrix and rebuild docs/reliability.{md,json} from it
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+TEST_WORKERS ?= 4
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-clean test reliability lint install clean docs test-airflow-3.1 test-airflow-3.2 test-versions
@@ -30,7 +32,7 @@ test: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_kubectl.sh
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 reliability: $(STAMP)
 	bash scripts/ensure_postgres.sh
@@ -52,7 +54,7 @@ docs: $(STAMP)
 	.venv-airflow-$*/bin/python -m pip install --quiet -c constraints/airflow-$*.txt -e ".[test]"
 	touch $@
 
-AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/unit tests/integration
+AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=10 tests/unit tests/integration
 
 test-airflow-3.1: PY_ALT := .venv-airflow-3.1/bin/python
 test-airflow-3.1: .venv-airflow-3.1/.installed
