@@ -29,7 +29,7 @@ MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
 MAX_BACKOFF = 600.0
 MAX_RECORDED = 200  # jobs remembered as recorded in the shared spot history (a chain is far shorter)
 # How long a job may stay out of the jobs LIST after it was created. Azure documents no bound (ARM
-# lists are eventually consistent); the emulator's list_lag_seconds is tested up to 60 s. A try that
+# lists are eventually consistent); the tests hold the emulator's LIST up to 60 s behind. A try that
 # finds an earlier try's submit unfinished looks for its job this long before submitting again.
 LIST_LAG_SECONDS = 90.0
 # task_state_store key (one row per DAG run, task and map index; retries and clears share it).
@@ -149,6 +149,22 @@ def check_count(label: str, value: Any, meaning: str) -> None:
         raise AzureMLConfigError(f"{label} must be a whole number >= 0 ({meaning}), got {value!r}.")
     if value < 0:
         raise AzureMLConfigError(f"{label} must be >= 0 ({meaning}), got {value}.")
+
+
+def _refused(exc: BaseException) -> bool:
+    """The service (or our own validation) refused a request outright: it created nothing."""
+    from azure.core.exceptions import HttpResponseError  # azure-core only, not azure.ai.ml
+
+    seen: BaseException | None = exc
+    for _ in range(5):  # the hook re-raises the SDK's error as AzureMLError: its status is on the context
+        if seen is None:
+            return False
+        if isinstance(seen, AzureMLConfigError):
+            return True
+        if isinstance(seen, HttpResponseError) and isinstance(seen.status_code, int):
+            return 400 <= seen.status_code < 500 and seen.status_code not in (408, 409, 429)
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def parse_time(stamp: Any) -> datetime | None:
@@ -700,7 +716,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.log.info("Submitting job %s (resubmission %d)%s.", requested, n, where)
         state.submitting = {"n": n, "at": time.time()}
         self._remember(context, state)  # before the request: a crash from here on leaves this record
-        name = self.submit_job(context, requested, fallback, naming.job_markers(state.key, n)) or requested
+        try:
+            name = self.submit_job(context, requested, fallback, naming.job_markers(state.key, n)) or requested
+        except Exception as exc:
+            # Refused (a 4xx that is not a timeout, conflict or throttle; bad input): no job exists, the next try
+            # must not wait for one. Otherwise the job may exist, created late in the call: the wait counts from now.
+            state.submitting = None if _refused(exc) else {"n": n, "at": time.time()}
+            self._remember(context, state)
+            raise
         if name != requested:
             self.log.warning("Azure named the job %s instead of %s; following the name it returned.", name, requested)
             jobs = self._listed(state, **{naming.RESUBMISSION_TAG: str(n)}).get(n, [])

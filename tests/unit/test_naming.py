@@ -26,3 +26,30 @@ def test_unit_key_is_the_work_not_the_run() -> None:
 
 def test_job_markers_carry_the_unit_and_the_resubmission() -> None:
     assert naming.job_markers("abc", 2) == {naming.UNIT_TAG: "abc", naming.RESUBMISSION_TAG: "2"}
+
+
+def test_a_refused_submit_is_told_from_one_that_may_have_created_a_job() -> None:
+    from azure.core.exceptions import HttpResponseError, ServiceResponseError
+
+    from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
+    from airflow_azureml.operators.job_base import _refused
+
+    def wrapped(inner: BaseException) -> AzureMLError:
+        try:
+            try:
+                raise inner
+            except BaseException:
+                raise AzureMLError("Invoking batch endpoint 'e' failed") from None
+        except AzureMLError as outer:
+            return outer
+
+    def http(status: int) -> HttpResponseError:
+        error = HttpResponseError(message=f"HTTP {status}")
+        error.status_code = status
+        return error
+
+    assert _refused(AzureMLConfigError("bad input"))
+    assert _refused(wrapped(http(404))) and _refused(wrapped(http(400)))
+    for maybe_created in (http(409), http(429), http(408), http(500), http(503), ServiceResponseError("lost")):
+        assert not _refused(wrapped(maybe_created)), maybe_created
+    assert not _refused(RuntimeError("unknown"))
