@@ -24,7 +24,11 @@ _PATTERNS = [
     re.compile(r"(?im)(^\s*-?\s*token\s*:\s*)(\"(?:\\.|[^\"\\])*\"|'(?:[^']|'')*')"),  # YAML, quoted
     re.compile(r"(?im)(^\s*-?\s*client-key-data\s*:\s*)[\"']?[A-Za-z0-9+/=]+[\"']?"),  # kubeconfig key
     # a JSON/dict key naming a key: "accountKey", "primaryKey", "key" (not the word "key" in prose)
-    re.compile(r"(?i)([\"'](?:[a-z]*[_-]?key|key)[\"']\s*:\s*)(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')"),
+    re.compile(
+        r"(?i)([\"'](?:(?:account|primary|secondary|storage|shared|access|master|signing)[_-]?key|key)[\"']\s*:\s*)"
+        r"(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')"
+    ),
+    re.compile(r"(?i)([\"']client-key-data[\"']\s*:\s*)(\"[^\"]*\"|'[^']*')"),  # kubeconfig as JSON
     # a private key in PEM form (certificates are public and stay)
     re.compile(r"-----BEGIN ([A-Z ]*PRIVATE KEY)-----[\s\S]*?(?:-----END \1-----|$)"),
     re.compile(r"(?i)(\b(?:bearer|basic)\s+)[^\s\"',;]+"),  # Authorization header values
@@ -97,7 +101,7 @@ def safe_uri(uri: str) -> str:
     except ValueError:
         return scrub(text)
     kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() in _SAS_PUBLIC]
-    return urlunsplit(parts._replace(query=urlencode(kept, safe=":")))
+    return scrub(urlunsplit(parts._replace(query=urlencode(kept, safe=":"))))  # and user:password@, if any
 
 
 def yaml_error_summary(exc: Any) -> str:

@@ -147,6 +147,7 @@ PEM_KEY = (
         ('{"accountKey": "c3RvcmFnZS1hY2NvdW50LWtleQ=="}', "c3RvcmFnZS1hY2NvdW50LWtleQ"),
         ('{"key": "primary-key-value-123"}', "primary-key-value-123"),
         ("{'primaryKey': 'another-key-value-456'}", "another-key-value-456"),
+        ('{"client-key-data": "LS0tLS1CRUdJTiBFQyBQUklWQVRF"}', "LS0tLS1CRUdJTiBFQyBQUklW"),
     ],
 )
 def test_scrub_removes_the_remaining_secret_shapes(text: str, secret: str) -> None:
@@ -157,6 +158,8 @@ def test_scrub_keeps_a_certificate_and_words_about_keys() -> None:
     cert = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ\n-----END CERTIFICATE-----"
     assert scrub(cert) == cert  # public: the emulator's CA certificate is shown on purpose
     assert scrub("unknown key 'tier', did you mean 'tiers'?") == "unknown key 'tier', did you mean 'tiers'?"
+    tolerations = '{"partition_key": "2026-11-01", "unit_key": "abc123", "monkey": "x"}'
+    assert scrub(tolerations) == tolerations
 
 
 def test_safe_uri_keeps_a_sas_urls_non_secret_parameters() -> None:
