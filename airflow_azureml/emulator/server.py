@@ -236,7 +236,8 @@ class Emulator:
         except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
             # Input the handler could not read (a body that is not JSON, a field of the wrong type, a query
             # value that does not parse): Azure refuses it at once with a 400; a 500 would be retried.
-            log.info("Malformed %s %s: %s: %s", request.method, request.path, type(exc).__name__, exc)
+            # also where the emulator itself is wrong: the traceback says which, in the emulator's log
+            log.warning("Malformed %s %s: %s: %s", request.method, request.path, type(exc).__name__, exc, exc_info=True)
             message = f"The request is malformed ({type(exc).__name__})."
             if is_kubernetes_path(request.path):
                 response = status_response(400, "BadRequest", message)

@@ -188,6 +188,9 @@ class AirflowDeployment:
             **extra_env,
         }
         self.env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
+        # A pytest worker that built an MLClient before holds AZUREML_CURRENT_CLOUD naming a cloud registered in
+        # that process only: inherited, the preload above would fail ("Unknown cloud environment") in every service.
+        self.env.pop("AZUREML_CURRENT_CLOUD", None)
         self._token: str | None = None
 
     # ---------------------------------------------------------------- lifecycle

@@ -182,10 +182,10 @@ def test_invoke_lost_past_the_sdks_retries_with_its_name_ignored_and_the_list_be
     workspace: Emulator, run_dag
 ) -> None:
     # As above, but neither the name nor the LIST finds the job at once: Azure chose the name, and the LIST
-    # shows the job only 10 s after it was created. The failed try recorded its unfinished submit, so the
+    # shows the job only 20 s after it was created. The failed try recorded its unfinished submit, so the
     # retry looks for that submit's job before invoking again.
     workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
-    workspace.set_behaviour(list_lag_seconds=10.0)
+    workspace.set_behaviour(list_lag_seconds=20.0)
     workspace.add_fault(kind="drop", when="after", route="invoke")
     workspace.add_fault(kind="drop", route="invoke", count=4)
     from airflow_azureml import compat
