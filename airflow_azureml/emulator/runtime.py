@@ -86,7 +86,7 @@ class EmulatorError(Exception):
 
 
 # Resource names as Azure ML documents them (emulator's own copy; the provider keeps its own rules).
-COMPUTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{1,14}[A-Za-z0-9]")
+COMPUTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{1,22}[A-Za-z0-9]")  # 3-24 (the compute cluster how-to)
 ENDPOINT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]")
 
 
@@ -259,7 +259,7 @@ class Workspace:
             raise EmulatorError(400, "BadRequest", f"computeType {compute_type!r} is not supported here")
         existing = self.computes.get(name)
         if existing is None:
-            check_resource_name("compute", name, COMPUTE_NAME, "3-16 characters: letters, digits, '-'; a letter first")
+            check_resource_name("compute", name, COMPUTE_NAME, "3-24 characters: letters, digits, '-'; a letter first")
         if existing is not None and existing.compute_type != compute_type:
             raise EmulatorError(409, "Conflict", f"Compute {name!r} exists with type {existing.compute_type}")
         inner = dict(props.get("properties") or {})

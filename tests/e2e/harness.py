@@ -135,6 +135,16 @@ class Postgres:
             self._lock = None
 
 
+# What docs/deferrable.md shows: drop a custom cloud's name inherited from a process that built an MLClient
+# (importing azure.ai.ml fails on a cloud this process never registered), then import the SDK once.
+PRELOAD_SDK = """import os
+
+if os.environ.get("AZUREML_CURRENT_CLOUD", "").startswith("AirflowCustom-"):
+    del os.environ["AZUREML_CURRENT_CLOUD"]
+import azure.ai.ml  # noqa: E402,F401
+"""
+
+
 class AirflowDeployment:
     """Airflow's services as processes; ``kill``/``start`` one to inject a fault."""
 
@@ -157,7 +167,7 @@ class AirflowDeployment:
         # A production deployment may preload the same way (docs/deferrable.md); the provider's own lazy
         # import is held by tests/unit/test_provider.py and tests/integration/test_hook_environment.py.
         (self.home / "config").mkdir(parents=True)
-        (self.home / "config" / "airflow_local_settings.py").write_text("import azure.ai.ml  # noqa: F401\n")
+        (self.home / "config" / "airflow_local_settings.py").write_text(PRELOAD_SDK)
         self.env = {
             **os.environ,
             "AIRFLOW_HOME": str(self.home),
