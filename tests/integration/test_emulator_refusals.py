@@ -8,27 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import requests
 
 from airflow_azureml.emulator import Emulator
+from tests.integration.test_instance_types_k8s import arm as arm_call
 
-API = "api-version=2024-10-01"
 
-
-def arm(emulator: Emulator, method: str, path: str, body: dict[str, Any] | None = None) -> requests.Response:
-    token = emulator.call(lambda: emulator.identity.issue(emulator.client_id, f"{emulator.base_url}/.default"))
-    ws = (
-        f"/subscriptions/{emulator.subscription_id}/resourceGroups/{emulator.resource_group}"
-        f"/providers/Microsoft.MachineLearningServices/workspaces/{emulator.workspace_name}"
-    )
-    return requests.request(
-        method,
-        f"{emulator.base_url}{ws}{path}?{API}",
-        json=body,
-        headers={"Authorization": f"Bearer {token['access_token']}"},
-        verify=emulator.ca_cert,
-        timeout=30,
-    )
+def arm(emulator: Emulator, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    return arm_call(emulator, method, path, json=body)
 
 
 def cluster(size: str = "STANDARD_DS3_V2", priority: str = "LowPriority") -> dict[str, Any]:
