@@ -10,6 +10,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TEST_WORKERS ?= 4
+VERSION_TEST_WORKERS ?= 2  # 3.1/3.2: at 4, 3.2 lost two timing-held tests (cost estimate, demo) on 2 cores
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-clean test reliability lint install clean docs test-airflow-3.1 test-airflow-3.2 test-versions
@@ -54,7 +55,7 @@ docs: $(STAMP)
 	.venv-airflow-$*/bin/python -m pip install --quiet -c constraints/airflow-$*.txt -e ".[test]"
 	touch $@
 
-AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=10 tests/unit tests/integration
+AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n $(VERSION_TEST_WORKERS) --dist loadfile --durations=10 tests/unit tests/integration
 
 test-airflow-3.1: PY_ALT := .venv-airflow-3.1/bin/python
 test-airflow-3.1: .venv-airflow-3.1/.installed
