@@ -55,7 +55,7 @@ docs: $(STAMP)
 	.venv-airflow-$*/bin/python -m pip install --quiet -c constraints/airflow-$*.txt -e ".[test]"
 	touch $@
 
-AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n $(VERSION_TEST_WORKERS) --dist loadfile --durations=10 tests/unit tests/integration
+AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n $(VERSION_TEST_WORKERS) --dist loadfile --durations=10 -m "not same_on_every_airflow" tests/unit tests/integration
 
 test-airflow-3.1: PY_ALT := .venv-airflow-3.1/bin/python
 test-airflow-3.1: .venv-airflow-3.1/.installed
