@@ -6,7 +6,6 @@ need it; importing this module (and every operator) stays cheap for the DAG proc
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -28,7 +27,10 @@ from airflow_azureml.hooks.connection import (  # noqa: F401
     build_credential,
     credential_kwargs,
     default_chain_kwargs,
+    is_missing_connection,
+    missing_connection_message,
     parse_connection,
+    quiet_sdk_logging,
 )
 from airflow_azureml.naming import DEFAULT_CONN_ID
 from airflow_azureml.outcomes import ComputeFacts, GaugeEvidence, JobSnapshot
@@ -93,7 +95,24 @@ class AzureMLHook(BaseHook):
 
     @cached_property
     def settings(self) -> AzureMLConnectionSettings:
-        return parse_connection(self.get_connection(self.azure_ml_conn_id))
+        return parse_connection(self._connection())
+
+    def _connection(self) -> Any:
+        """The Airflow connection; a missing one is a configuration error (fatal at once, never retried)."""
+        try:
+            return self.get_connection(self.azure_ml_conn_id)
+        except Exception as exc:
+            if is_missing_connection(exc):
+                raise AzureMLConfigError(missing_connection_message(self.azure_ml_conn_id)) from None
+            raise
+
+    async def _aconnection(self) -> Any:
+        try:
+            return await self.aget_connection(self.azure_ml_conn_id)
+        except Exception as exc:
+            if is_missing_connection(exc):
+                raise AzureMLConfigError(missing_connection_message(self.azure_ml_conn_id)) from None
+            raise
 
     # ----------------------------------------------------------- credentials
     def get_credential(self) -> TokenCredential:
@@ -108,10 +127,10 @@ class AzureMLHook(BaseHook):
 
     def _fresh_credential(self) -> TokenCredential:
         """A new credential from the connection as it is now (a rotated secret is picked up)."""
-        return build_credential(parse_connection(self.get_connection(self.azure_ml_conn_id)))
+        return build_credential(parse_connection(self._connection()))
 
     async def _fresh_async_credential(self) -> AsyncTokenCredential:
-        return build_async_credential(parse_connection(await self.aget_connection(self.azure_ml_conn_id)))
+        return build_async_credential(parse_connection(await self._aconnection()))
 
     # ----------------------------------------------------------------- client
     def get_conn(self) -> MLClient:
@@ -120,9 +139,7 @@ class AzureMLHook(BaseHook):
             _forget_inherited_custom_cloud()
             from azure.ai.ml import MLClient
 
-            # azure-core logs every request's headers at INFO; task logs need only warnings.
-            logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
-            logging.getLogger("azure.identity").setLevel(logging.WARNING)
+            quiet_sdk_logging()  # the MLClient's own requests too
             s = self.settings
             kwargs: dict[str, Any] = {"connection_verify": s.connection_verify, "show_progress": False}
             if s.cloud == CUSTOM_CLOUD:
@@ -160,7 +177,7 @@ class AzureMLHook(BaseHook):
         from airflow_azureml.hooks.rest import AsyncRestClient
 
         if "settings" not in self.__dict__:
-            self.__dict__["settings"] = parse_connection(await self.aget_connection(self.azure_ml_conn_id))
+            self.__dict__["settings"] = parse_connection(await self._aconnection())
         return AsyncRestClient(self.settings, self.get_async_credential(), self._fresh_async_credential)
 
     def job_snapshot(self, name: str, *, transient_retries: bool = True) -> JobSnapshot | None:
@@ -434,10 +451,10 @@ class AzureMLHook(BaseHook):
         """The job's Studio page for this connection's cloud (``links.studio.job_url``); may be empty."""
         from airflow_azureml.links.studio import job_url
 
-        return job_url(self.settings, self.get_connection(self.azure_ml_conn_id).extra_dejson or {}, job_name)
+        return job_url(self.settings, self._connection().extra_dejson or {}, job_name)
 
     def _extra(self, name: str) -> str | None:
-        extra = self.get_connection(self.azure_ml_conn_id).extra_dejson or {}
+        extra = self._connection().extra_dejson or {}
         return extra.get(name) or extra.get(f"extra__azure_ml__{name}")
 
     # ------------------------------------------------------------ UI support

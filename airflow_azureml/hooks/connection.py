@@ -99,6 +99,27 @@ class AzureMLConnectionSettings:
         return f"AirflowCustom-{digest}"
 
 
+def is_missing_connection(exc: BaseException) -> bool:
+    """Airflow's "conn_id isn't defined" (``AirflowNotFoundException``; its module moved between versions)."""
+    return type(exc).__name__ == "AirflowNotFoundException" or any(
+        cls.__name__ == "AirflowNotFoundException" for cls in type(exc).__mro__
+    )
+
+
+def missing_connection_message(conn_id: str) -> str:
+    """Where this process looked for the connection, and why one defined elsewhere may not be seen here."""
+    env = "AIRFLOW_CONN_" + conn_id.upper()
+    return (
+        f"The Airflow connection {conn_id!r} is not defined for this process. It was looked up in the "
+        f"secrets backends configured here, then the environment variable {env}, then the metadata DB "
+        "(through the API server, for a task or a trigger). A connection added with `airflow connections add` "
+        "or in the UI lives in the metadata DB, which a process without access to it does not see (for example "
+        "the triggerer inside `airflow dags test`, or a worker configured for another deployment). Check the "
+        f"conn_id, or define the connection where every process reads it: {env}, or a secrets backend. "
+        "Retrying cannot help, so the task fails now."
+    )
+
+
 def parse_connection(conn: Any) -> AzureMLConnectionSettings:
     """Read and validate an ``azure_ml`` connection; raises ``AzureMLConfigError`` naming the field."""
     extra = dict(conn.extra_dejson or {})
@@ -189,8 +210,24 @@ def default_chain_kwargs(settings: AzureMLConnectionSettings, kwargs: dict[str, 
     return kwargs
 
 
+# azure-core logs each request with all its headers at INFO (4 entries per token fetch, about 40 % of a
+# task log); azure.identity logs each token at INFO too. A logger the user set a level on is left alone.
+SDK_LOGGERS = ("azure.core.pipeline.policies.http_logging_policy", "azure.identity")
+
+
+def quiet_sdk_logging() -> None:
+    """The SDK's request logging below INFO, unless the user configured those loggers themselves."""
+    import logging
+
+    for name in SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
 def build_credential(settings: AzureMLConnectionSettings) -> TokenCredential:
     """A client secret selects ``ClientSecretCredential``; otherwise ``DefaultAzureCredential``."""
+    quiet_sdk_logging()
     kwargs = credential_kwargs(settings)
     if settings.client_secret:
         from azure.identity import ClientSecretCredential
@@ -205,6 +242,7 @@ def build_credential(settings: AzureMLConnectionSettings) -> TokenCredential:
 
 def build_async_credential(settings: AzureMLConnectionSettings) -> AsyncTokenCredential:
     """The same identity as ``build_credential``, from ``azure.identity.aio`` for triggers."""
+    quiet_sdk_logging()
     kwargs = credential_kwargs(settings)
     if settings.client_secret:
         from azure.identity.aio import ClientSecretCredential

@@ -383,6 +383,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             self._queued_too_long(context, state, event["job_name"], event["message"])
             # moved to the fallback: wait for the cancelled job to end, then the next job goes there
             return self._proceed(context, state, JobSnapshot.from_dict(event["job"]), watched=True)
+        if event["status"] == "config_error":  # e.g. the triggerer does not see the connection
+            raise AzureMLConfigError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         if event["status"] != "terminal":
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         gauge = GaugeEvidence.from_dict(event["gauge_evidence"]) if event.get("gauge_evidence") else None

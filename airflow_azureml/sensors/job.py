@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 
 from airflow_azureml.compat import conf
-from airflow_azureml.exceptions import AzureMLError, AzureMLJobQueueTimeoutError
+from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError, AzureMLJobQueueTimeoutError
 from airflow_azureml.hooks.azure_ml import AzureMLHook
 from airflow_azureml.links.studio import AzureMLStudioJobLink
 from airflow_azureml.naming import DEFAULT_CONN_ID
@@ -90,6 +90,8 @@ class AzureMLJobSensor(BaseSensorOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event["status"] == "queue_timeout":
             raise AzureMLJobQueueTimeoutError(event["message"], job_name=event["job_name"])
+        if event["status"] == "config_error":  # e.g. the triggerer does not see the connection
+            raise AzureMLConfigError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         if event["status"] != "terminal":
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         gauge = GaugeEvidence.from_dict(event.get("gauge_evidence"))

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from airflow_azureml.exceptions import AzureMLError
+from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.hooks.rest import (
     AsyncRestClient,
     MalformedResponse,
@@ -151,6 +151,11 @@ class WorkspacePoller:
                 if due:
                     try:
                         results = await self._poll({w.job_name for w in due}, list_mode)
+                    except AzureMLConfigError as exc:  # no such connection, or a bad one: no retry can fix it
+                        log.error("Polling jobs on %s: %s", self.conn_id, exc)
+                        for wait in due:
+                            self._resolve(wait, _error(wait.job_name, scrub(str(exc)), status="config_error"))
+                        continue
                     except Exception as exc:  # the tick as a whole failed (token, LIST, client): transient
                         await self._sleep(self._tick_failed(due, exc))
                         continue
@@ -377,5 +382,6 @@ class WorkspacePoller:
             wait.future.set_result(payload)
 
 
-def _error(job_name: str, message: str) -> dict[str, Any]:
-    return {"status": "error", "job_name": job_name, "message": message}
+def _error(job_name: str, message: str, status: str = "error") -> dict[str, Any]:
+    """A wait that ended without the job's end: ``error`` (the task may retry) or ``config_error`` (it fails)."""
+    return {"status": status, "job_name": job_name, "message": message}

@@ -186,3 +186,23 @@ def test_a_renewal_never_gets_the_refused_token_back() -> None:
         client._auth()
     assert "Invalid client secret" in str(excinfo.value)
     assert client._auth() == "rebuilt2"  # after a token failure, the next token comes from a new credential
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_credential_quiets_the_sdks_request_logging_unless_the_user_set_it(
+    monkeypatch: pytest.MonkeyPatch, asynchronous: bool
+) -> None:
+    """Token fetches made before any MLClient (the REST reads, the triggerer) logged each request's headers
+    at INFO: about 40 % of a task log. A level the user set is theirs."""
+    import logging
+
+    from airflow_azureml.hooks.connection import SDK_LOGGERS, build_async_credential, build_credential
+
+    http, identity = (logging.getLogger(name) for name in SDK_LOGGERS)
+    monkeypatch.setattr(http, "level", logging.NOTSET)
+    monkeypatch.setattr(identity, "level", logging.DEBUG)  # the user asked for it
+    # parse_connection registers the secret with Airflow's masker: a short one would mask every "s" after
+    settings = parse_connection(conn({**BASE, "tenant_id": "t"}, login="app", password="quiet-logging-secret-1"))
+    (build_async_credential if asynchronous else build_credential)(settings)
+    assert http.level == logging.WARNING
+    assert identity.level == logging.DEBUG

@@ -298,3 +298,41 @@ def test_empty_list_pages_cannot_stretch_the_page_cap() -> None:
     assert all(r["status"] == "terminal" for r in results)
     assert stats.list_ticks >= 1
     assert stats.max_pages_per_tick <= 2  # ceil(20 / 100) + 1, whatever the pages hold
+
+
+def test_a_connection_the_triggerer_cannot_find_fails_the_waits_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a transient error: retried with back-off (0.5 s to 64 s, 30 times) it hung the task."""
+    import asyncio
+
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
+    from airflow_azureml.triggers.poller import WorkspacePoller
+
+    lookups: list[str] = []
+
+    async def missing(self: AzureMLHook, conn_id: str) -> None:
+        lookups.append(conn_id)
+        raise AirflowNotFoundException(f"The conn_id `{conn_id}` isn't defined")
+
+    monkeypatch.setattr(AzureMLHook, "aget_connection", missing)
+    policy = PollingPolicy(interval=0.01, max_interval=0.02, jitter=0)
+
+    async def main() -> list[dict]:
+        poller = WorkspacePoller("azure_ml_in_the_db")
+        return await asyncio.wait_for(asyncio.gather(*(poller.wait(n, policy) for n in ("a", "b"))), timeout=30)
+
+    events = asyncio.run(main())
+    assert [e["status"] for e in events] == ["config_error", "config_error"]
+    assert lookups == ["azure_ml_in_the_db"]  # one look, no retries
+    message = events[0]["message"]
+    assert "'azure_ml_in_the_db' is not defined" in message and "AIRFLOW_CONN_AZURE_ML_IN_THE_DB" in message
+
+
+def test_a_config_error_event_fails_the_task_without_retries() -> None:
+    from airflow_azureml.exceptions import AzureMLConfigError
+    from airflow_azureml.sensors.job import AzureMLJobSensor
+
+    sensor = AzureMLJobSensor(task_id="wait", job_name="a")
+    with pytest.raises(AzureMLConfigError, match="is not defined"):
+        sensor.execute_complete({}, {"status": "config_error", "job_name": "a", "message": "x is not defined"})
