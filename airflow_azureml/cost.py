@@ -258,7 +258,12 @@ def estimate(
         sum(v for st, v in s.items() if st != "preempted") for s in useful.values()
     )
     savings = None if cost is None or equivalent_cost is None else equivalent_cost - cost
-    pct = None if savings is None or not equivalent_cost else 100.0 * savings / equivalent_cost
+    if savings is None:
+        pct = None
+    elif equivalent_cost:
+        pct = 100.0 * savings / equivalent_cost
+    else:  # nothing billed either way (a run too short to price): nothing saved, not "unknown"
+        pct = 0.0 if savings == 0 else None
     return {
         "currency": "USD",
         "computes": computes,
@@ -410,8 +415,12 @@ def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
         f"  estimated cost     {_money(bill.get('cost'))}",
         f"  all-dedicated      {_money(eq.get('cost'))} ({eq.get('node_hours', 0.0):.4f} node-hours at pay-as-you-go)",
     ]
-    pct = bill.get("savings_pct")
-    lines.append(f"  savings            {_money(bill.get('savings'))}" + ("" if pct is None else f" ({pct:.1f} %)"))
+    savings, pct = bill.get("savings"), bill.get("savings_pct")
+    if savings is not None and savings < 0:  # not "savings $-0.0003 (-110.8 %)"
+        more = "" if pct is None else f" ({-pct:.1f} % more)"
+        lines.append(f"  spot cost more     {_money(-savings)} more than all-dedicated{more}")
+    else:
+        lines.append(f"  savings            {_money(savings)}" + ("" if pct is None else f" ({pct:.1f} %)"))
     for name, entry in sorted((bill.get("computes") or {}).items()):
         rate = entry.get("hourly_price")
         lines.append(

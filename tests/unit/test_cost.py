@@ -124,6 +124,16 @@ def test_spot_can_cost_more_than_dedicated_and_says_so() -> None:
     expensive = {"spot-c": {"dedicated": 0.3, "spot": 0.29, "source": "manual"}}
     report = cost.estimate(usage(lost, kept), expensive, lost_jobs=["r0"])
     assert report["savings"] < 0 and report["savings_pct"] < 0
+    text = cost.format_bill(report)
+    more = f"${-report['savings']:,.4f} more than all-dedicated ({-report['savings_pct']:.1f} % more)"
+    assert f"spot cost more     {more}" in text and "savings" not in text
+
+
+def test_nothing_billed_either_way_saves_nothing_rather_than_an_unknown_share() -> None:
+    report = cost.estimate(usage(span("j", [[0, 0, 0, 0, 0, 0, 0]], end=10)), PRICES)
+    assert report["cost"] == report["dedicated_equivalent"]["cost"] == 0
+    assert report["savings"] == 0 and report["savings_pct"] == 0.0
+    assert "savings            $0.0000 (0.0 %)" in cost.format_bill(report)
 
 
 def test_unknown_price_leaves_the_cost_unknown_not_zero() -> None:
