@@ -464,4 +464,7 @@ class AzureMLHook(BaseHook):
             workspace = self.get_conn().workspaces.get(self.settings.workspace_name)
             return True, f"Connected to workspace {workspace.name!r} in {workspace.location or 'unknown location'}."
         except Exception as exc:
-            return False, f"{type(exc).__name__}: {scrub(str(exc))}"
+            # The UI's and the CLI's test runs on a copy of the connection under a temporary random id:
+            # naming that id would point the user at a connection they never made.
+            message = scrub(str(exc)).replace(f"Connection {self.azure_ml_conn_id!r}", "The connection")
+            return False, f"{type(exc).__name__}: {message}"

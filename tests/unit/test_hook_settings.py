@@ -206,3 +206,13 @@ def test_a_credential_quiets_the_sdks_request_logging_unless_the_user_set_it(
     (build_async_credential if asynchronous else build_credential)(settings)
     assert http.level == logging.WARNING
     assert identity.level == logging.DEBUG
+
+
+def test_a_failed_connection_test_does_not_name_the_temporary_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow tests a form's connection under a random conn_id; the message must not send the user there."""
+    temporary = "tmp-8f3a1c"
+    incomplete = SimpleNamespace(conn_id=temporary, extra_dejson={"subscription_id": "sub"}, login=None, password=None)
+    monkeypatch.setattr(AzureMLHook, "get_connection", classmethod(lambda cls, conn_id: incomplete))
+    ok, message = AzureMLHook(azure_ml_conn_id=temporary).test_connection()
+    assert not ok and temporary not in message
+    assert message.startswith("AzureMLConfigError: The connection is missing required field(s)"), message
