@@ -109,6 +109,7 @@ class Behaviour:
     capacity_cancel_message: bool = False  # a capacity-lost cancel carries a warning text (Azure documents none)
     capacity_cancel_after_seconds: float = 0.0  # how long a job that lost its capacity stays as it was before its end
     cancel_requested_seconds: float = 0.0  # how long every cancel shows CancelRequested (0: one timing.tick)
+    cancel_lag_seconds: float = 0.0  # a cancel Azure accepted shows on the job this much later (it reads as before)
     honour_repeatability_id: bool = False  # invoke replays a job for a repeated Repeatability-Request-Id
     immutable_jobs: bool = True  # PUT of an existing job may change only description/tags/displayName/...
     stall_seconds: float = 0.0  # every job, once Running, goes NotResponding this long, then resumes
@@ -647,9 +648,18 @@ class Workspace:
         if job.status in TERMINAL_JOB_STATES:
             return job
         job.cancel_requested = True  # kept for tests only: nothing on the wire tells who canceled
+        if self.behaviour.cancel_lag_seconds > 0:  # accepted now, seen later: reads still show the job running
+            self._spawn(self._land_cancel(job, self.behaviour.cancel_lag_seconds))
+            return job
         job.set_status("CancelRequested")
         self._spawn(self._finish_cancel(job))
         return job
+
+    async def _land_cancel(self, job: Job, lag: float) -> None:
+        await asyncio.sleep(lag)
+        if job.status not in TERMINAL_JOB_STATES:
+            job.set_status("CancelRequested")
+            await self._finish_cancel(job)
 
     async def _finish_cancel(self, job: Job) -> None:
         await asyncio.sleep(self.behaviour.cancel_requested_seconds or self.timing.tick)

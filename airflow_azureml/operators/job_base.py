@@ -67,6 +67,9 @@ class ResubmissionState:
     recorded: list[str] = field(default_factory=list)  # jobs already in the cluster's shared history
     canceled_at: dict[str, float] = field(default_factory=dict)  # when each of Airflow's cancels was recorded
     deferred_on: str | None = None  # the job a try deferred on and has not come back from
+    # Jobs a cleared try found Airflow cancelling (its on_kill's, or its trigger's) and cancelled again: the
+    # clear asked for the work to run again, so a Running read after that cancel is the cancel not shown yet.
+    clear_cancels: list[str] = field(default_factory=list)
     max_tries: int | None = None
     cleared: bool = False
     usage: dict[str, Any] = field(default_factory=dict)  # the chain's node counts, every wait's (cost.py)
@@ -98,6 +101,7 @@ class ResubmissionState:
             "recorded": list(self.recorded[-MAX_RECORDED:]),
             "canceled_at": dict(self.canceled_at),
             "deferred_on": self.deferred_on,
+            "clear_cancels": list(self.clear_cancels),
             "max_tries": self.max_tries,
             "usage": self.usage,
             "submitting": self.submitting,
@@ -586,7 +590,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """A job of Airflow's cancel that a wait saw Running after the cancel was recorded outlived it:
         a later cancel of it is not Airflow's (a person's, or a preemption), within this try too."""
         since = state.canceled_at.get(job_name)
-        if job_name not in state.airflow_canceled or since is None:
+        if job_name not in state.airflow_canceled or since is None or job_name in state.clear_cancels:
             return
         for span in (state.usage or {}).get("spans") or []:
             if span.get("job") != job_name:
@@ -624,6 +628,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.reported_cancels = list(recalled.get("reported_cancels") or [])
         state.before_clear = list(recalled.get("before_clear") or [])
         state.deferred_on = recalled.get("deferred_on")
+        state.clear_cancels = list(recalled.get("clear_cancels") or [])
         state.usage = dict(recalled.get("usage") or {})  # a retry or a clear keeps what the chain has cost
         state.recorded = list(recalled.get("recorded") or [])  # a clear must not record a job twice
         state.canceled_at = dict(recalled.get("canceled_at") or {})
@@ -645,19 +650,25 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """What this try's first look at the newest job says about the records of earlier tries."""
         changed = False
         ending = snapshot is not None and (snapshot.terminal or snapshot.status == "CancelRequested")
-        if snapshot is not None and snapshot.name in state.airflow_canceled and not ending:
-            # on_kill recorded its cancel, but the cancel never took: the job runs on, and a later cancel
-            # of it is not Airflow's.
-            self.log.info("Job %s outlived Airflow's cancel (%s); watching it.", snapshot.name, snapshot.status)
-            state.airflow_canceled.remove(snapshot.name)
-            changed = True
-        if state.cleared and snapshot is not None and not ending and snapshot.name == state.deferred_on:
-            # Cleared while deferred on this job: Airflow ends the trigger, whose on_kill cancels the
-            # job, maybe only after this try's first look. The cancel is Airflow's, not a person's;
-            # it is sent here too, in case the trigger's did not get through. Then the next job runs.
-            self.log.info("The task was cleared while deferred on job %s: cancelling it (Airflow's).", snapshot.name)
+        cancelling = snapshot is not None and (
+            snapshot.name == state.deferred_on or snapshot.name in state.airflow_canceled
+        )
+        if state.cleared and snapshot is not None and not ending and cancelling:
+            # Cleared while Airflow was cancelling this job: deferred on it (the trigger's on_kill cancels
+            # it) or running it in a worker (on_kill cancelled it, and Azure may still show it Running a
+            # while after accepting that). The cancel is Airflow's, not a person's, even if this look
+            # comes before it shows; it is sent again here, in case the first did not get through. Then
+            # the next job runs: the clear asked for the work to run again.
+            self.log.info(
+                "The task was cleared while Airflow was cancelling job %s (%s): cancelling it (Airflow's).",
+                snapshot.name,
+                snapshot.status,
+            )
             if snapshot.name not in state.airflow_canceled:
                 state.airflow_canceled.append(snapshot.name)
+            state.canceled_at.setdefault(snapshot.name, time.time())
+            if snapshot.name not in state.clear_cancels:
+                state.clear_cancels.append(snapshot.name)
             state.deferred_on = None
             self._remember(self._context, state)
             try:
@@ -666,6 +677,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 from airflow_azureml.redaction import scrub
 
                 self.log.warning("Could not cancel job %s: %s", snapshot.name, scrub(str(exc)))
+            changed = True
+        elif snapshot is not None and snapshot.name in state.airflow_canceled and not ending:
+            # on_kill recorded its cancel, but the cancel never took: the job runs on, and a later cancel
+            # of it is not Airflow's.
+            self.log.info("Job %s outlived Airflow's cancel (%s); watching it.", snapshot.name, snapshot.status)
+            state.airflow_canceled.remove(snapshot.name)
             changed = True
         if state.cleared:  # the jobs that had ended (or were ending) when the person cleared the task
             ended = state.job_names[:-1] + ([snapshot.name] if snapshot is not None and ending else [])

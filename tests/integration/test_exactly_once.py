@@ -106,9 +106,23 @@ def try_numbers(dag_run: Any) -> int:
 
 
 def sdk() -> Any:
+    """A person's SDK client, as Studio or the CLI would be: built from the connection's JSON, never through
+    Airflow's connection lookup. Called from a test's thread while ``dag.test()`` runs a task in-process,
+    that lookup goes through the task's in-process supervisor channel, which is not thread-safe: it removes
+    ``SUPERVISOR_COMMS`` while it serves a request, and the task's own next ``task_state_store`` call then
+    failed with an ImportError (seen once in ``.ci/run`` under load)."""
+    import os
+    from types import SimpleNamespace
+
     from airflow_azureml.hooks import AzureMLHook
 
-    return AzureMLHook().get_conn()
+    conn = json.loads(os.environ["AIRFLOW_CONN_AZURE_ML_DEFAULT"])
+    as_stored = SimpleNamespace(
+        conn_id="a-person", login=conn.get("login"), password=conn.get("password"), extra_dejson=conn.get("extra") or {}
+    )
+    hook = AzureMLHook()
+    hook._connection = lambda: as_stored  # type: ignore[method-assign]
+    return hook.get_conn()
 
 
 def person_cancels(emulator: Emulator, job: str) -> None:
@@ -206,6 +220,37 @@ def test_clear_never_attaches_to_the_job_airflow_is_cancelling(workspace: Emulat
         run, failures = run_case({"execution_timeout": 60}, dag_run=run)
     finally:
         finish.cancel()
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert result["job_names"][0] == first.name and len(result["job_names"]) == 2
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+
+
+def test_clear_of_a_running_sync_task_waits_for_its_cancel_to_show_then_runs_the_work_again(
+    workspace: Emulator, run_case
+) -> None:
+    # The task is killed while its job runs (a clear of a running sync task kills it the same way; here an
+    # execution_timeout). on_kill's cancel is accepted, but Azure still shows the job Running when the
+    # person's clear starts the new try. That try must take the job's cancel as Airflow's (it cancels it
+    # again, waits for it to show, then runs the work again), not fail as if a person had cancelled it.
+    lag = 20.0
+    # 10 mini-batches on 4 slots, 15 s each: the job would run about 45 s, past the try's 3 s and the lag
+    workspace.call(lambda: setattr(workspace.workspace.timing, "mini_batch", 15.0))
+    workspace.set_behaviour(cancel_lag_seconds=lag)
+    run, failures = run_case({"execution_timeout": 3})
+    assert str(run.state) == "failed" and failures[0]["type"] == "AirflowTaskTimeout", failures
+    (first,) = workspace.jobs()
+    assert first.cancel_requested, "on_kill sent its cancel"
+    assert first.status == "Running", "the accepted cancel has not shown yet: the case this test is about"
+
+    def fast_once_cancelled() -> None:  # the next job need not take as long
+        deadline = time.monotonic() + 120
+        while workspace.call(lambda: first.status) != "Canceled" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workspace.call(lambda: setattr(workspace.workspace.timing, "mini_batch", 0.03))
+
+    threading.Thread(target=fast_once_cancelled, daemon=True).start()
+    run, failures = run_case({"execution_timeout": 120}, dag_run=run)
     assert str(run.state) == "success", (task_states(run), failures)
     result = xcom_value(run, "invoke")
     assert result["job_names"][0] == first.name and len(result["job_names"]) == 2
