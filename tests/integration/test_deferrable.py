@@ -199,3 +199,33 @@ def test_example_dag_deferrable_with_preemption(
     resubmitted = next(j.name for j in emulator.jobs() if j.name.endswith("-r1"))
     pollers = {r["ua"] for r in emulator.requests() if r["path"].endswith(f"/jobs/{resubmitted}")}
     assert "airflow-azureml/0.1 (asyncio)" in pollers
+
+
+def test_a_connection_stored_in_the_metadata_db_works_or_fails_at_once(
+    sensor_case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a user who ran `airflow connections add`: the connection is in the metadata DB, not in the env.
+
+    Before, a trigger that did not see it retried "conn_id isn't defined" as transient (0.5 s to 64 s,
+    30 times), so the deferred task hung. It must either work or fail at once, saying where it looked.
+    """
+    import os
+    import subprocess
+    import sys
+
+    emulator, ml, run = sensor_case
+    name = invoke(ml, "in/a", "job-db-connection")
+    conn_json = os.environ["AIRFLOW_CONN_AZURE_ML_DEFAULT"]
+    monkeypatch.delenv("AIRFLOW_CONN_AZURE_ML_DEFAULT")
+    cli = [sys.executable, "-m", "airflow", "connections"]
+    subprocess.run([*cli, "add", "azure_ml_default", "--conn-json", conn_json], check=True, capture_output=True)
+    try:
+        dag_run, failures = run({"job_name": name, "mode": "deferrable"})
+    finally:
+        subprocess.run([*cli, "delete", "azure_ml_default"], check=True, capture_output=True)
+    if str(dag_run.state) == "failed":  # Airflow 3.3's dag.test(): its in-process run does not see it
+        assert [f["type"] for f in failures] == ["AzureMLConfigError"], failures
+        assert "'azure_ml_default' is not defined" in failures[0]["message"], failures
+    else:
+        assert str(dag_run.state) == "success", (task_states(dag_run), failures)
+    assert emulator.job(name).status == "Completed"
