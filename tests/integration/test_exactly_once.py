@@ -251,6 +251,13 @@ def test_clear_of_a_running_sync_task_waits_for_its_cancel_to_show_then_runs_the
 
     threading.Thread(target=fast_once_cancelled, daemon=True).start()
     run, failures = run_case({"execution_timeout": 120}, dag_run=run)
+    from airflow_azureml import compat
+
+    if not compat.has_task_state_store():
+        # Airflow < 3.3 keeps no task_state_store: on_kill's record of its cancel does not reach the new
+        # try, which takes the cancel for a person's (docs/airflow_versions.md, the documented loss).
+        assert str(run.state) == "failed" and [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+        return
     assert str(run.state) == "success", (task_states(run), failures)
     result = xcom_value(run, "invoke")
     assert result["job_names"][0] == first.name and len(result["job_names"]) == 2

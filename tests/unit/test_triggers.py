@@ -304,7 +304,10 @@ def test_a_connection_the_triggerer_cannot_find_fails_the_waits_at_once(monkeypa
     """Not a transient error: retried with back-off (0.5 s to 64 s, 30 times) it hung the task."""
     import asyncio
 
-    from airflow.sdk.exceptions import AirflowNotFoundException
+    try:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+    except ImportError:  # Airflow 3.1 has it in airflow.exceptions only
+        from airflow.exceptions import AirflowNotFoundException
 
     from airflow_azureml.hooks.azure_ml import AzureMLHook
     from airflow_azureml.triggers.poller import WorkspacePoller
