@@ -101,9 +101,7 @@ class AzureMLConnectionSettings:
 
 def is_missing_connection(exc: BaseException) -> bool:
     """Airflow's "conn_id isn't defined" (``AirflowNotFoundException``; its module moved between versions)."""
-    return type(exc).__name__ == "AirflowNotFoundException" or any(
-        cls.__name__ == "AirflowNotFoundException" for cls in type(exc).__mro__
-    )
+    return any(cls.__name__ == "AirflowNotFoundException" for cls in type(exc).__mro__)
 
 
 def missing_connection_message(conn_id: str) -> str:
