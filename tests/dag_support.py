@@ -44,19 +44,37 @@ def sync_dag_folder(dag_id: str | None = None) -> None:
         from airflow.dag_processing.dagbag import BundleDagBag, DagBag, sync_bag_to_db
     except ImportError:  # Airflow 3.1 keeps the DAG bag in airflow.models
         from airflow.models.dagbag import BundleDagBag, DagBag, sync_bag_to_db
+    from airflow import settings
     from airflow.models.dag_version import DagVersion
 
     named = "bundle_name" in inspect.signature(DagBag.__init__).parameters  # Airflow 3.2 on
     manager = DagBundlesManager()
     manager.sync_bundles_to_db()
-    for bundle in manager.get_all_dag_bundles():
-        if not bundle.is_initialized:
-            bundle.initialize()
-        extra = {"bundle_name": bundle.name} if named else {}
-        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, **extra)
-        sync_bag_to_db(bag, bundle.name, bundle.version)
-        if dag_id is not None and DagVersion.get_version(dag_id):
-            break
+    # A DAG written less than [core] min_serialized_dag_update_interval (30 s) ago is not written again, so a
+    # test that runs a case DAG right after another test ran another case of it got that case's tasks.
+    # Airflow 3.1 reads it once into settings, 3.2 on at each write.
+    env_key = "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL"
+    env_was = os.environ.get(env_key)
+    interval = getattr(settings, "MIN_SERIALIZED_DAG_UPDATE_INTERVAL", None)
+    os.environ[env_key] = "0"
+    if interval is not None:
+        settings.MIN_SERIALIZED_DAG_UPDATE_INTERVAL = 0
+    try:
+        for bundle in manager.get_all_dag_bundles():
+            if not bundle.is_initialized:
+                bundle.initialize()
+            extra = {"bundle_name": bundle.name} if named else {}
+            bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, **extra)
+            sync_bag_to_db(bag, bundle.name, bundle.version)
+            if dag_id is not None and DagVersion.get_version(dag_id):
+                break
+    finally:
+        if env_was is None:
+            os.environ.pop(env_key, None)
+        else:
+            os.environ[env_key] = env_was
+        if interval is not None:
+            settings.MIN_SERIALIZED_DAG_UPDATE_INTERVAL = interval
 
 
 def sync_dag_folder_as_dag_test_does(dag: Any) -> None:
