@@ -403,6 +403,13 @@ def _money(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.4f}"
 
 
+def _evicted_context(bill: Mapping[str, Any]) -> str:
+    """Why evicted node-hours can show when no job was preempted: the cluster is shared, its nodes are billed."""
+    if bill.get("evicted_node_hours", 0.0) > 0 and not bill.get("preemptions"):
+        return " (nodes of the cluster evicted while the jobs ran, billed until deallocated; no job was preempted)"
+    return ""
+
+
 def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
     """One readable block (task log, the run's report)."""
     hours = bill.get("node_hours") or {}
@@ -411,7 +418,8 @@ def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
         f"{title} (estimate, {bill.get('currency', 'USD')}; docs/cost.md)",
         f"  node-hours         spot {hours.get('low_priority', 0.0):.4f}, dedicated {hours.get('dedicated', 0.0):.4f}",
         f"  preemptions        {bill.get('preemptions', 0)}; evicted node-hours "
-        f"{bill.get('evicted_node_hours', 0.0):.4f}, lost to preempted attempts {bill.get('lost_node_hours', 0.0):.4f}",
+        f"{bill.get('evicted_node_hours', 0.0):.4f}{_evicted_context(bill)}, lost to preempted attempts "
+        f"{bill.get('lost_node_hours', 0.0):.4f}",
         f"  estimated cost     {_money(bill.get('cost'))}",
         f"  all-dedicated      {_money(eq.get('cost'))} ({eq.get('node_hours', 0.0):.4f} node-hours at pay-as-you-go)",
     ]

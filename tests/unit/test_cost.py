@@ -129,6 +129,14 @@ def test_spot_can_cost_more_than_dedicated_and_says_so() -> None:
     assert f"spot cost more     {more}" in text and "savings" not in text
 
 
+def test_evicted_node_hours_without_a_preemption_say_where_they_come_from() -> None:
+    report = cost.estimate(usage(span("j", [[0, 0, 1, 0, 0, 1, 0]], end=3600)), PRICES)
+    assert report["preemptions"] == 0 and report["evicted_node_hours"] > 0
+    assert "evicted while the jobs ran, billed until deallocated; no job was preempted" in cost.format_bill(report)
+    preempted = cost.estimate(usage(span("j", [[0, 0, 1, 0, 0, 1, 0]], end=3600)), PRICES, preemptions=1)
+    assert "no job was preempted" not in cost.format_bill(preempted)
+
+
 def test_nothing_billed_either_way_saves_nothing_rather_than_an_unknown_share() -> None:
     report = cost.estimate(usage(span("j", [[0, 0, 0, 0, 0, 0, 0]], end=10)), PRICES)
     assert report["cost"] == report["dedicated_equivalent"]["cost"] == 0
