@@ -44,7 +44,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.triggers.job"]}
         ],
-        "extra-links": ["airflow_azureml.links.studio.AzureMLStudioJobLink"],
+        "extra-links": [
+            "airflow_azureml.links.studio.AzureMLStudioJobLink",
+            "airflow_azureml.links.studio.AzureMLStudioPreviousJobLink",
+        ],
         "asset-uris": [
             {
                 "schemes": ["azureml"],

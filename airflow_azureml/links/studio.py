@@ -1,7 +1,9 @@
-"""``AzureMLStudioJobLink``: the task's job in Azure ML Studio (or the emulator's job page).
+"""Studio links of a task's jobs: its current job, and the one before it in a chain of resubmissions.
 
-The URL is persisted to XCom right after submission, before any waiting or deferral, so the
-link works while the task is still running. ``job_url`` is the one place that builds it.
+The URLs are persisted to XCom right after submission, before any waiting or deferral, so the links
+work while the task is still running. Airflow gives an operator a fixed set of links, so the whole
+chain (every job, oldest first) is in XCom ``azureml_studio_job_urls`` and in the task log.
+``job_url`` is the one place that builds a URL.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from airflow_azureml.hooks.connection import AzureMLConnectionSettings
 
 XCOM_KEY = "azureml_studio_job_url"
+CHAIN_XCOM_KEY = "azureml_studio_job_urls"  # every job of the chain, oldest first
 # The emulator writes this key, true, into the connection it hands out; no other connection has it.
 EMULATOR_EXTRA = "emulator"
 
@@ -50,11 +53,26 @@ def job_url(settings: AzureMLConnectionSettings, extra: Mapping[str, Any], job_n
 
 
 class AzureMLStudioJobLink(BaseOperatorLink):
+    """The task's current job: the newest of its chain."""
+
     name = "Azure ML Studio"
 
     @staticmethod
-    def persist(context: Any, url: str) -> None:
+    def persist(context: Any, url: str, chain: list[str] | None = None) -> None:
+        """``url`` is the current job's; ``chain`` every job's, oldest first (the current one last)."""
         context["ti"].xcom_push(key=XCOM_KEY, value=url)
+        if chain is not None:
+            context["ti"].xcom_push(key=CHAIN_XCOM_KEY, value=list(chain))
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         return XCom.get_value(key=XCOM_KEY, ti_key=ti_key) or ""
+
+
+class AzureMLStudioPreviousJobLink(BaseOperatorLink):
+    """The job before the current one (a preempted or lost job); empty while the chain has one job."""
+
+    name = "Azure ML Studio (previous job)"
+
+    def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
+        chain = XCom.get_value(key=CHAIN_XCOM_KEY, ti_key=ti_key) or []
+        return str(chain[-2]) if isinstance(chain, list) and len(chain) >= 2 else ""

@@ -21,7 +21,7 @@ from airflow_azureml.exceptions import (
     AzureMLJobPreemptedError,
     AzureMLJobQueueTimeoutError,
 )
-from airflow_azureml.links.studio import AzureMLStudioJobLink
+from airflow_azureml.links.studio import AzureMLStudioJobLink, AzureMLStudioPreviousJobLink
 from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, Outcome, classify, exception_for
 
@@ -199,7 +199,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     also looked up, so jobs are found even when the LIST lags.
     """
 
-    operator_extra_links = (AzureMLStudioJobLink(),)
+    operator_extra_links = (AzureMLStudioJobLink(), AzureMLStudioPreviousJobLink())
 
     def __init__(
         self,
@@ -418,7 +418,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     ) -> dict[str, Any]:
         """Until the unit of work succeeds or fails for good: decide, submit, wait (here or deferred)."""
         if snapshot is not None and not watched:
-            AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(snapshot.name))
+            self._persist_links(context, state, snapshot.name)
         while True:
             if snapshot is None:
                 self._submit(context, state)
@@ -763,7 +763,16 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._remember(context, state)  # first thing after the submit returns
         if not self._on_fallback(state, name):
             self._record_start_on_cluster(name)
-        AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(name))
+        self._persist_links(context, state, name)
+
+    def _persist_links(self, context: Any, state: ResubmissionState, current: str) -> None:
+        """The current job's Studio link, and every job of the chain's (the previous-job link reads them)."""
+        names = [n for n in state.job_names if n != current] + [current]
+        urls = [self.hook.studio_job_url(n) for n in names]
+        AzureMLStudioJobLink.persist(context, urls[-1], chain=urls)
+        if len(urls) > 1:
+            shown = ", ".join(url or name for url, name in zip(urls, names, strict=True))
+            self.log.info("The job chain in Studio, oldest first: %s", shown)
 
     def _job_of_an_unfinished_submit(self, state: ResubmissionState, n: int) -> str | None:
         """An earlier try stopped while submitting resubmission ``n`` (a crash between the request and

@@ -190,6 +190,8 @@ def test_invoke_happy_path(workspace: Emulator, run_case) -> None:
     assert result["output_uri"].startswith("azureml://datastores/workspaceblobstore/paths/")
     assert len(prediction_ids(workspace, result["job_name"])) == 100
     assert xcom_value(run, "invoke", key="azureml_studio_job_url").endswith(f"/_emulator/jobs/{result['job_name']}")
+    url = xcom_value(run, "invoke", key="azureml_studio_job_url")
+    assert xcom_value(run, "invoke", key="azureml_studio_job_urls") == [url]
     assert len(workspace.jobs()) == 1
 
 
@@ -247,6 +249,10 @@ def test_whole_cluster_preemption_resubmits_once(workspace: Emulator, run_case) 
     assert len(jobs) == 2 and set(result["job_names"]) == set(jobs)
     assert [jobs[n].status for n in result["job_names"]] == ["Canceled", "Completed"]
     assert len(prediction_ids(workspace, result["job_name"])) == 100
+    # a link for each job of the chain: the current one, and the preempted one before it
+    chain = xcom_value(run, "invoke", key="azureml_studio_job_urls")
+    assert [url.rsplit("/", 1)[-1] for url in chain] == result["job_names"]
+    assert xcom_value(run, "invoke", key="azureml_studio_job_url") == chain[-1]
 
 
 def test_preemption_error_form_is_resubmitted_too(workspace: Emulator, run_case) -> None:

@@ -79,3 +79,23 @@ def test_the_emulator_says_it_is_the_emulator(monkeypatch: pytest.MonkeyPatch) -
     conn_extra = json.loads(fake.connection_info()["airflow_conn_json"])["extra"]
     url = hook_for(conn_extra, monkeypatch).studio_job_url("job-1")
     assert url == "https://127.0.0.1:9/_emulator/jobs/job-1"
+
+
+@pytest.mark.parametrize(
+    ("chain", "current", "previous"),
+    [
+        (None, "", ""),  # nothing submitted yet
+        (["u1"], "u1", ""),  # one job: no previous job
+        (["u1", "u2"], "u2", "u1"),
+        (["u1", "u2", "u3"], "u3", "u2"),
+    ],
+)
+def test_the_links_show_the_current_job_and_the_one_before_it(
+    chain: list[str] | None, current: str, previous: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_azureml.links import studio
+
+    stored = {studio.XCOM_KEY: chain[-1] if chain else None, studio.CHAIN_XCOM_KEY: chain}
+    monkeypatch.setattr(studio.XCom, "get_value", lambda key, ti_key: stored[key])
+    assert studio.AzureMLStudioJobLink().get_link(None, ti_key=None) == current
+    assert studio.AzureMLStudioPreviousJobLink().get_link(None, ti_key=None) == previous
