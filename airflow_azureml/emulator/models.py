@@ -306,7 +306,7 @@ class Job:
                     "Studio": {
                         "jobServiceType": "Studio",
                         "port": None,
-                        "endpoint": f"/_emulator/jobs/{self.name}",
+                        "endpoint": f"/_emulator/studio/jobs/{self.name}",
                         "status": None,
                         "errorMessage": None,
                         "properties": None,

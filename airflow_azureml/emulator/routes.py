@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import html
 import json
 import uuid
 from typing import Any
@@ -122,6 +123,7 @@ class Routes:
         r.add_get(history + "/experimentids/{exp}/runs/{run}/details", self.run_details)
         r.add_get("/_emulator/jobs", self.control_jobs)
         r.add_get("/_emulator/jobs/{name}", self.control_job)
+        r.add_get("/_emulator/studio/jobs/{name}", self.studio_job_page)  # the task's Studio link; no token
         r.add_post("/_emulator/synthetic-jobs", self.control_synthetic_jobs)
         r.add_get("/_emulator/requests", self.control_requests)
         r.add_post("/_emulator/faults", self.control_faults)
@@ -507,7 +509,9 @@ class Routes:
                     "status": job.status,
                     "outputFileName": None,
                     "output": {"uri": job.output_uri},
-                    "interactionEndpoints": {"Studio": {"endpoint": f"{self.base_url}/_emulator/jobs/{job.name}"}},
+                    "interactionEndpoints": {
+                        "Studio": {"endpoint": f"{self.base_url}/_emulator/studio/jobs/{job.name}"}
+                    },
                 },
                 "systemData": arm["systemData"],
             }
@@ -569,6 +573,29 @@ class Routes:
         if job is None:
             return arm_error(404, "NotFound", "no such job")
         return web.json_response({"job": job.to_arm(self.ws_id), "runDetails": job.to_run_details()})
+
+    async def studio_job_page(self, request: web.Request) -> web.Response:
+        """What Studio's job page is to a person: name, status, compute, times, rows. A browser sends no
+        bearer token, so this page needs none; it shows nothing a token would guard beyond the job's state."""
+        job = self.ws.jobs.get(request.match_info["name"])
+        if job is None:
+            return web.Response(status=404, text="No such job in this emulator.", content_type="text/plain")
+        rows = [
+            ("Job", job.name),
+            ("Status", job.status),
+            ("Compute", job.compute or ""),
+            ("Created", job.created.isoformat()),
+            ("Ended", job.ended.isoformat() if job.ended else ""),
+            ("Rows scored", "" if job.rows_scored is None else str(job.rows_scored)),
+            ("Error", (job.error or {}).get("message") or ""),
+        ]
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+        page = (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(job.name)}</title></head>"
+            f"<body><h1>Azure ML emulator: job {html.escape(job.name)}</h1><table>{cells}</table>"
+            "<p>A local emulator's page, in place of Azure ML Studio.</p></body></html>"
+        )
+        return web.Response(text=page, content_type="text/html")
 
     async def control_jobs(self, request: web.Request) -> web.Response:
         return web.json_response(

@@ -57,7 +57,11 @@ IDENTITY_ROUTES = (
     re.compile(r"/[^/]+/v2\.0/\.well-known/openid-configuration"),
     re.compile(r"/[^/]+/oauth2/v2\.0/token"),
 )
-PUBLIC_ROUTES = (re.compile(r"/discovery/workspaces/[^/]+"), re.compile(r"/api/retail/prices"))
+PUBLIC_ROUTES = (
+    re.compile(r"/discovery/workspaces/[^/]+"),
+    re.compile(r"/api/retail/prices"),
+    re.compile(r"/_emulator/studio/jobs/[^/]+"),  # the Studio link a person opens in a browser
+)
 MAX_LOGGED_REQUESTS = 200_000
 
 

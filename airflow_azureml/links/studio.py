@@ -44,7 +44,7 @@ def job_url(settings: AzureMLConnectionSettings, extra: Mapping[str, Any], job_n
     without ``studio_url`` has no known Studio: no link (empty), rather than a guessed one.
     """
     if _extra(extra, EMULATOR_EXTRA) in (True, "true", "True", "1"):
-        return f"{settings.resource_manager_url}/_emulator/jobs/{job_name}"
+        return f"{settings.resource_manager_url}/_emulator/studio/jobs/{job_name}"
     base = str(_extra(extra, "studio_url") or STUDIO_BY_CLOUD.get(settings.cloud, "")).rstrip("/")
     if not base:
         return ""

@@ -236,6 +236,8 @@ def test_routes_reject_missing_or_unknown_token(emulator: Emulator, header: str 
         "/_emulator/clusters/.well-known/preempt",
         "/_emulator/behaviour",
         "/_emulator/requests",
+        "/_emulator/jobs/some-job",  # the control API's job record: only the Studio page is open
+        "/_emulator/studio/jobs/some-job/extra",
     ],
 )
 def test_only_the_identity_discovery_and_prices_routes_are_open(emulator: Emulator, path: str) -> None:
@@ -254,6 +256,18 @@ def test_only_the_identity_discovery_and_prices_routes_are_open(emulator: Emulat
     ]
     for open_path in open_paths:
         assert requests.get(emulator.base_url + open_path, verify=emulator.ca_cert, timeout=10).status_code != 401
+
+
+def test_the_studio_link_opens_in_a_browser_without_a_token(emulator: Emulator) -> None:
+    """The task's Studio link, as a person opens it: a page of the job's state, escaped; no token needed."""
+    (name,) = emulator.call(lambda: emulator.workspace.create_synthetic_jobs("studio<b>", [0.01]))
+    url = f"{emulator.base_url}/_emulator/studio/jobs/{name}"
+    response = requests.get(url, verify=emulator.ca_cert, timeout=10)
+    assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/html")
+    assert "studio&lt;b&gt;" in response.text and "<b>" not in response.text
+    assert "<th>Status</th>" in response.text
+    missing = f"{emulator.base_url}/_emulator/studio/jobs/no-such-job"
+    assert requests.get(missing, verify=emulator.ca_cert, timeout=10).status_code == 404
 
 
 def test_listens_on_loopback_only(emulator: Emulator) -> None:

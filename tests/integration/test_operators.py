@@ -189,8 +189,8 @@ def test_invoke_happy_path(workspace: Emulator, run_case) -> None:
     assert result["status"] == "Completed" and result["resubmits"] == 0 and result["preemptions"] == 0
     assert result["output_uri"].startswith("azureml://datastores/workspaceblobstore/paths/")
     assert len(prediction_ids(workspace, result["job_name"])) == 100
-    assert xcom_value(run, "invoke", key="azureml_studio_job_url").endswith(f"/_emulator/jobs/{result['job_name']}")
     url = xcom_value(run, "invoke", key="azureml_studio_job_url")
+    assert url.endswith(f"/_emulator/studio/jobs/{result['job_name']}")
     assert xcom_value(run, "invoke", key="azureml_studio_job_urls") == [url]
     assert len(workspace.jobs()) == 1
 

@@ -78,7 +78,7 @@ def test_the_emulator_says_it_is_the_emulator(monkeypatch: pytest.MonkeyPatch) -
         setattr(fake, name, value)
     conn_extra = json.loads(fake.connection_info()["airflow_conn_json"])["extra"]
     url = hook_for(conn_extra, monkeypatch).studio_job_url("job-1")
-    assert url == "https://127.0.0.1:9/_emulator/jobs/job-1"
+    assert url == "https://127.0.0.1:9/_emulator/studio/jobs/job-1"
 
 
 @pytest.mark.parametrize(
