@@ -264,7 +264,9 @@ def test_airflow_cancel_lost_after_commit(workspace: Emulator, run_dag, fault: d
     # The task times out; on_kill cancels its job, and the cancel's answer is lost after Azure took it.
     workspace.set_capacity(CLUSTER, 0)
     workspace.add_fault(**fault, when="after", route="cancel")
-    run, failures = run_dag("azureml_invoke_case", {"execution_timeout": 1})
+    # 5 s: the job is submitted well within it on a loaded machine (at 1 s a busy CI timed out before the
+    # submit); at capacity 0 the job stays queued, so the longer timeout changes nothing else
+    run, failures = run_dag("azureml_invoke_case", {"execution_timeout": 5})
     assert str(run.state) == "failed" and [f["type"] for f in failures] == ["AirflowTaskTimeout"]
     (job,) = workspace.jobs()
     assert job.status == "Canceled"

@@ -110,7 +110,8 @@ def test_invoke_and_command_job_lineage_on_complete(chain_env: Emulator, tmp_pat
         preempted.extend(emu.preempt_cluster("low-pri-cluster", form="failed"))
 
     chain = ["example_asset_etl", "example_asset_scoring", "example_asset_report"]
-    with when_running(emulator, preempt_once):
+    # the chain is three `airflow dags test` processes: on a busy machine its scoring job runs minutes in
+    with when_running(emulator, preempt_once, timeout=900):
         events, out = run_chain(tmp_path, chain)
     assert states(out) == dict.fromkeys(chain, "success"), out[-3000:]
     assert preempted, "no job was preempted"
@@ -171,7 +172,7 @@ def test_invoke_lineage_on_failure_counts_the_preemptions(chain_env: Emulator, t
     def preempt_every_job(emu: Emulator, _job: str) -> None:
         preempted.extend(emu.preempt_cluster("low-pri-cluster", form="failed"))
 
-    with when_running(emulator, preempt_every_job, times=100):
+    with when_running(emulator, preempt_every_job, times=100, timeout=900):
         events, out = run_chain(tmp_path, ["example_asset_etl", "example_asset_scoring"])
     assert states(out) == {"example_asset_etl": "success", "example_asset_scoring": "failed"}, out[-3000:]
     failures = task_events(events, "score_partition", "FAIL")
