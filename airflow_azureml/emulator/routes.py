@@ -579,7 +579,7 @@ class Routes:
         bearer token, so this page needs none; it shows nothing a token would guard beyond the job's state."""
         job = self.ws.jobs.get(request.match_info["name"])
         if job is None:
-            return web.Response(status=404, text="No such job in this emulator.", content_type="text/plain")
+            return arm_error(404, "NotFound", "no such job")
         rows = [
             ("Job", job.name),
             ("Status", job.status),

@@ -267,7 +267,8 @@ def test_the_studio_link_opens_in_a_browser_without_a_token(emulator: Emulator) 
     assert "studio&lt;b&gt;" in response.text and "<b>" not in response.text
     assert "<th>Status</th>" in response.text
     missing = f"{emulator.base_url}/_emulator/studio/jobs/no-such-job"
-    assert requests.get(missing, verify=emulator.ca_cert, timeout=10).status_code == 404
+    answer = requests.get(missing, verify=emulator.ca_cert, timeout=10)
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "NotFound"
 
 
 def test_listens_on_loopback_only(emulator: Emulator) -> None:
