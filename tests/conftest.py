@@ -59,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # outcome cannot differ between Airflow versions (docs/airflow_versions.md, "What runs on 3.1 and 3.2").
 # tests/unit/test_version_scope.py holds each reason to the code.
 EMULATOR_ONLY = (  # the emulator itself: airflow_azureml.emulator imports nothing of Airflow
+    "tests/integration/test_conformance.py",
     "tests/integration/test_contract.py",
     "tests/integration/test_emulator_behaviour.py",
     "tests/integration/test_emulator_billing.py",

@@ -71,7 +71,8 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "workspaces/models": _CURRENT,
     "workspaces/models/versions": _CURRENT,
     "locations/mfeOperationsStatus": _CURRENT,
-    "locations/jobCancel": _CURRENT,
+    "locations/computeOperationsStatus": _CURRENT,
+    "locations/mfeOperationResults": _CURRENT,
 }
 _ACTIONS = frozenset({"cancel", "listKeys", "listNodes", "start", "stop", "restart", "updateDataMounts"})
 _WELL_FORMED = re.compile(r"\d{4}-\d{2}-\d{2}(-[A-Za-z]+)?")

@@ -159,7 +159,8 @@ class CodeRoutes:
                 code, created = self.codes.put(name, version, body)
             except CodeConflict as exc:
                 return _error(400, "UserError", str(exc))
-            return web.json_response(self._json(code), status=201 if created else 200)
+            headers = {"Location": str(request.url)} if created else {}  # a created version's 201 names itself
+            return web.json_response(self._json(code), status=201 if created else 200, headers=headers)
         return method_not_allowed()
 
     async def start_pending_upload(self, request: web.Request) -> web.Response:

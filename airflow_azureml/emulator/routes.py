@@ -16,7 +16,7 @@ from aiohttp import web
 from airflow_azureml.emulator.azure_rules import is_datastore_name
 from airflow_azureml.emulator.errors import arm_error, method_not_allowed
 from airflow_azureml.emulator.faults import FaultRule
-from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, system_data, utcnow
+from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, Job, system_data, utcnow
 from airflow_azureml.emulator.pricing import PriceError, retail_prices
 from airflow_azureml.emulator.runtime import EmulatorError, Workspace
 
@@ -79,14 +79,29 @@ class Routes:
                 404, "ResourceNotFound", f"The Resource '{PROVIDER}/workspaces/{info.get('ws')}' was not found."
             )
 
-    def _lro_headers(self, kind: str, name: str) -> dict[str, str]:
+    def _lro_headers(self, kind: str, name: str, resource_url: str | None = None) -> dict[str, str]:
+        """An LRO's headers as azure-ai-ml's recordings show them (tests/integration/azure_shapes/).
+
+        Computes: only ``Azure-AsyncOperation``, to ``computeOperationsStatus`` (compute.put.201,
+        compute.delete). Endpoints and deployments: ``Azure-AsyncOperation`` to ``mfeOperationsStatus``,
+        ``Location`` the resource itself, and ``x-ms-async-operation-timeout`` (batch_endpoint.put,
+        batch_deployment.put). ``Retry-After`` Azure does not send: the emulator adds it so that the SDK
+        polls every second instead of after its default interval (a known difference, in the test).
+        """
         op = uuid.uuid4().hex
         self.operations[op] = (kind, name)
-        url = (
-            f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}"
-            f"/mfeOperationsStatus/{op}?api-version=2024-10-01"
-        )
-        return {"Azure-AsyncOperation": url, "Location": url, "Retry-After": self.lro_retry_after}
+        base = f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}"
+        if kind in ("compute", "compute-deleted"):
+            url = f"{base}/computeOperationsStatus/{op}?api-version=2024-10-01&service=new"
+            return {"Azure-AsyncOperation": url, "Retry-After": self.lro_retry_after}
+        headers = {
+            "Azure-AsyncOperation": f"{base}/mfeOperationsStatus/{op}?api-version=2024-10-01",
+            "x-ms-async-operation-timeout": "PT30M",
+            "Retry-After": self.lro_retry_after,
+        }
+        if resource_url is not None:
+            headers["Location"] = resource_url
+        return headers
 
     def add_to(self, app: web.Application) -> None:
         w = "/subscriptions/{sub}/resourceGroups/{rg}/providers/" + PROVIDER + "/workspaces/{ws}"
@@ -112,10 +127,15 @@ class Routes:
             self.operation_status,
         )
         r.add_get(
-            "/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/jobCancel/{name}", self.cancel_status
+            "/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/computeOperationsStatus/{op}",
+            self.compute_operation_status,
+        )
+        r.add_get(
+            "/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/mfeOperationResults/{op}",
+            self.operation_result,
         )
         r.add_post("/inference/batch/{ep}/jobs", self.invoke)
-        r.add_get("/discovery/workspaces/{ws}", self.discovery)
+        r.add_get("/discovery", self.discovery)  # properties.discoveryUrl: <region>.api.azureml.ms/discovery
         r.add_get("/api/retail/prices", self.retail_prices)  # public, as prices.azure.com is (no auth)
         history = "/history/v1.0" + w
         r.add_get(history + "/runs/{run}/details", self.run_details)
@@ -160,8 +180,8 @@ class Routes:
             "properties": {
                 "friendlyName": self.workspace,
                 "description": "airflow-azureml local emulator",
-                "discoveryUrl": f"{self.base_url}/discovery/workspaces/{self.workspace}",
-                "workspaceId": str(uuid.uuid5(uuid.NAMESPACE_URL, self.ws_id)),
+                "discoveryUrl": f"{self.base_url}/discovery",
+                "workspaceId": self._workspace_guid(),
                 "provisioningState": "Succeeded",
                 "storageAccount": f"{rg_id}/providers/Microsoft.Storage/storageAccounts/emulatorstore",
                 "keyVault": f"{rg_id}/providers/Microsoft.KeyVault/vaults/emulatorkv",
@@ -198,7 +218,7 @@ class Routes:
             existed = self.ws.delete_compute(name)
             if not existed:
                 return web.Response(status=204)
-            return web.Response(status=202, headers=self._lro_headers("deleted", name))
+            return web.Response(status=202, headers=self._lro_headers("compute-deleted", name))
         return method_not_allowed()
 
     # ----------------------------------------------------- batch endpoints
@@ -240,7 +260,9 @@ class Routes:
                 body = merged
             _, created = self.ws.put_endpoint(name, body)
             return web.json_response(
-                self._endpoint_json(name), status=201 if created else 200, headers=self._lro_headers("endpoint", name)
+                self._endpoint_json(name),
+                status=201 if created else 200,
+                headers=self._lro_headers("endpoint", name, str(request.url)),
             )
         if request.method == "DELETE":
             if self.ws.endpoints.pop(name, None) is None:
@@ -274,7 +296,7 @@ class Routes:
             return web.json_response(
                 self._deployment_json(ep, name),
                 status=201 if created else 200,
-                headers=self._lro_headers("deployment", f"{ep}/{name}"),
+                headers=self._lro_headers("deployment", f"{ep}/{name}", str(request.url)),
             )
         if request.method == "DELETE":
             if self.ws.deployments.pop((ep, name), None) is None:
@@ -282,10 +304,11 @@ class Routes:
             return web.Response(status=202, headers=self._lro_headers("deleted", name))
         return method_not_allowed()
 
-    async def operation_status(self, request: web.Request) -> web.Response:
+    def _operation(self, request: web.Request) -> tuple[str, str, str] | None:
+        """``(kind, name, status)`` of an operation this subscription started; None for any other."""
         op = self.operations.get(request.match_info["op"])
-        if op is None:
-            return arm_error(404, "NotFound", "Operation not found")
+        if op is None or request.match_info["sub"] != self.sub:  # a poll is scoped to its subscription
+            return None
         kind, name = op
         status = "Succeeded"
         if kind == "compute":
@@ -294,10 +317,37 @@ class Routes:
                 status = "Failed"
             elif compute.provisioning_state in ("Creating", "Updating"):
                 status = "InProgress"
+        return kind, name, status
+
+    async def operation_status(self, request: web.Request) -> web.Response:
+        """``mfeOperationsStatus``: ``id``, ``name`` and ``status`` only (operation_status.get)."""
+        found = self._operation(request)
+        if found is None:
+            return arm_error(404, "NotFound", "Operation not found")
+        _, name, status = found
         body: dict[str, Any] = {"id": request.path, "name": request.match_info["op"], "status": status}
+        if status == "Failed":
+            body["error"] = {"code": "ResourceNotFound", "message": f"The resource {name!r} no longer exists."}
         if status == "InProgress":
             return web.json_response(body, headers={"Retry-After": self.lro_retry_after})
-        body["endTime"] = utcnow().isoformat()
+        return web.json_response(body)
+
+    async def compute_operation_status(self, request: web.Request) -> web.Response:
+        """``computeOperationsStatus``: ``status``, and ``percentComplete`` once it succeeded
+        (compute_operation_status.get); a failure carries ``error``, as ARM's async-operation contract says."""
+        found = self._operation(request)
+        if found is None:
+            return arm_error(404, "NotFound", "Operation not found")
+        kind, name, status = found
+        if kind == "compute-deleted":
+            status = "Succeeded" if name not in self.ws.computes else "InProgress"
+        body: dict[str, Any] = {"status": status}
+        if status == "Succeeded":
+            body["percentComplete"] = 100.0
+        elif status == "Failed":
+            body["error"] = {"code": "ResourceNotFound", "message": f"Compute {name!r} no longer exists."}
+        if status == "InProgress":
+            return web.json_response(body, headers={"Retry-After": self.lro_retry_after})
         return web.json_response(body)
 
     # ------------------------------------------------------------------- jobs
@@ -349,24 +399,38 @@ class Routes:
                 job, created = self.ws.put_command_job(name, await request.json())
             except EmulatorError as exc:  # immutability errors carry MFE's messageParameters/innerError
                 return arm_error(exc.status, exc.code, exc.message, exc.extra)
-            return web.json_response(job.to_arm(self.ws_id), status=201 if created else 200)
+            headers = {"Location": str(request.url)} if created else {}  # a created job's 201 names itself
+            return web.json_response(job.to_arm(self.ws_id), status=201 if created else 200, headers=headers)
         return method_not_allowed()
 
+    def _workspace_guid(self) -> str:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, self.ws_id))  # the workspace JSON's properties.workspaceId
+
     async def cancel_job(self, request: web.Request) -> web.Response:
+        """202 with the JSON ``null``, ``Location`` to ``mfeOperationResults/jc:<workspace id>:<job>`` and a
+        one-hour timeout (job.cancel)."""
         self._check_scope(request)
         name = request.match_info["name"]
         self.ws.cancel_job(name)
         loc = (
-            f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}/jobCancel/{name}"
-            "?api-version=2024-10-01"
+            f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}"
+            f"/mfeOperationResults/jc:{self._workspace_guid()}:{name}?api-version=2024-10-01"
         )
-        return web.Response(status=202, headers={"Location": loc, "Retry-After": self.lro_retry_after})
+        headers = {"Location": loc, "x-ms-async-operation-timeout": "PT1H", "Retry-After": self.lro_retry_after}
+        return web.json_response(None, status=202, headers=headers)
 
-    async def cancel_status(self, request: web.Request) -> web.Response:
-        job = self.ws.jobs.get(request.match_info["name"])
-        if job is not None and job.status in ACTIVE_JOB_STATES:
-            return web.Response(status=202, headers={"Retry-After": self.lro_retry_after})
-        return web.json_response({})
+    async def operation_result(self, request: web.Request) -> web.Response:
+        """A job cancel's poll: 202 ``{}`` (``Location`` itself) while the job is active, then 200, no body
+        (job.cancel_poll.202, job.cancel_poll)."""
+        op = request.match_info["op"]
+        prefix = f"jc:{self._workspace_guid()}:"
+        job = self.ws.jobs.get(op[len(prefix) :]) if op.startswith(prefix) else None
+        if job is None or request.match_info["sub"] != self.sub:
+            return arm_error(404, "NotFound", "Operation not found")
+        if job.status in ACTIVE_JOB_STATES:
+            headers = {"Location": str(request.url), "Retry-After": self.lro_retry_after}
+            return web.json_response({}, status=202, headers=headers)
+        return web.Response(status=200)
 
     # ------------------------------------------------------------- datastores
     def _datastore_json(self, name: str) -> dict[str, Any]:
@@ -387,6 +451,7 @@ class Routes:
                 "tags": {},
                 "properties": {},
             },
+            "systemData": system_data(self.ws.created, self.ws.created),  # datastore.get: sent
         }
 
     async def list_datastores(self, request: web.Request) -> web.Response:
@@ -468,6 +533,8 @@ class Routes:
         props = dict(resource.body.get("properties") or {})
         for key, default in (("autoRebuild", "Disabled"), ("osType", "Linux"), ("isAnonymous", False)):
             props.setdefault(key, default)  # the swagger's defaults, as the service fills them in
+        for key, empty in (("description", None), ("tags", {}), ("properties", {})):
+            props.setdefault(key, empty)  # environment_version.put: sent even when not set
         props.update({"isArchived": False, "environmentType": "UserCreated", "provisioningState": "Succeeded"})
         return {
             "id": f"{self.ws_id}/environments/{name}/versions/{version}",
@@ -487,7 +554,10 @@ class Routes:
             return web.json_response(self._environment_json(name, version))
         if request.method == "PUT":
             _, created = self.ws.put_environment_version(name, version, await request.json())
-            return web.json_response(self._environment_json(name, version), status=201 if created else 200)
+            headers = {"Location": str(request.url)} if created else {}
+            return web.json_response(
+                self._environment_json(name, version), status=201 if created else 200, headers=headers
+            )
         return method_not_allowed()
 
     # ------------------------------------------------------------ data plane
@@ -499,23 +569,65 @@ class Routes:
             body,
             request.headers.get("repeatability-request-id"),
         )
+        return self._invoke_response(job, body)
+
+    def _invoke_response(self, job: Job, body: dict[str, Any]) -> web.Response:
+        """201, the job as the data plane shows it, and ``Location`` to the deployment on the workspace host
+        (batch_endpoint.invoke: Azure's invoke answer, not the ARM job)."""
+        props = body.get("properties") or {}
+        deployment = self.ws.deployments.get((job.endpoint or "", job.deployment or ""))
+        dep = (deployment.body.get("properties") if deployment else None) or {}
+        retry = dep.get("retrySettings") or {}
         arm = job.to_arm(self.ws_id)
-        return web.json_response(
-            {
-                "id": arm["id"],
-                "name": job.name,
-                "type": "Microsoft.MachineLearningServices/workspaces/batchEndpoints/jobs",
-                "properties": {
-                    "status": job.status,
-                    "outputFileName": None,
-                    "output": {"uri": job.output_uri},
-                    "interactionEndpoints": {
-                        "Studio": {"endpoint": f"{self.base_url}/_emulator/studio/jobs/{job.name}"}
-                    },
+        path = f"{self.ws_id}/batchEndpoints/{job.endpoint}/deployments/{job.deployment}"
+        studio = f"{self.base_url}/_emulator/studio/jobs/{job.name}"
+        answer = {
+            "id": f"{path}/jobs/{job.name}",
+            "name": job.name,
+            "type": "Microsoft.MachineLearningServices/workspaces/batchEndpoints/deployments/jobs",
+            "properties": {
+                "provisioningState": "Succeeded",
+                "inputData": {
+                    key: {
+                        "description": None,
+                        "uri": value.get("uri"),
+                        "mode": value.get("mode") or "ReadOnlyMount",
+                        "jobInputType": value.get("jobInputType"),
+                    }
+                    for key, value in (props.get("inputData") or {}).items()
+                    if isinstance(value, dict)
                 },
-                "systemData": arm["systemData"],
-            }
-        )
+                "compute": {
+                    "target": f"{self.ws_id}/computes/{job.compute}",
+                    "instanceCount": None,
+                    "isLocal": False,
+                    "location": None,
+                    "instanceType": None,
+                    "properties": None,
+                },
+                "output": {"datastoreId": None, "path": None},
+                "retrySettings": {
+                    "maxRetries": int(retry.get("maxRetries", 3)),
+                    "timeout": str(retry.get("timeout") or "PT30S"),
+                },
+                "status": job.status,
+                "interactionEndpoints": {
+                    name: {"jobEndpointType": name, "port": None, "endpoint": url, "properties": None}
+                    for name, url in (
+                        ("Studio", studio),
+                        ("Tracking", f"azureml://{self.base_url.split('://')[1]}/mlflow"),
+                    )
+                },
+                "tags": dict(props.get("tags") or {}),
+                "properties": {k: str(v) for k, v in (props.get("properties") or {}).items()},
+                "name": job.name,
+            },
+            "systemData": {
+                k: arm["systemData"][k] for k in ("createdAt", "createdBy", "lastModifiedAt", "lastModifiedBy")
+            },
+        }
+        location = f"{self.base_url}/mferp/managementfrontend{path}?api-version=2020-09-01-dataplanepreview"
+        return web.json_response(answer, status=201, headers={"Location": location})
 
     async def discovery(self, request: web.Request) -> web.Response:
         base = self.base_url

@@ -149,6 +149,7 @@ class Workspace:
         self.data_dir = data_dir
         self.timing = timing or Timing()
         self.rng = random.Random(seed)
+        self.created = utcnow()  # when the workspace (and its default datastores) came to be
         self.computes: dict[str, Compute] = {}
         self.endpoints: dict[str, TrackedResource] = {}
         self.deployments: dict[tuple[str, str], TrackedResource] = {}

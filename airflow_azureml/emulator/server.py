@@ -58,7 +58,7 @@ IDENTITY_ROUTES = (
     re.compile(r"/[^/]+/oauth2/v2\.0/token"),
 )
 PUBLIC_ROUTES = (
-    re.compile(r"/discovery/workspaces/[^/]+"),
+    re.compile(r"/discovery"),  # the workspace discovery document
     re.compile(r"/api/retail/prices"),
     re.compile(r"/_emulator/studio/jobs/[^/]+"),  # the Studio link a person opens in a browser
 )

@@ -131,7 +131,9 @@ def job_document(doc: Any, what: str) -> dict[str, Any]:
 
 
 def _history_base(settings: AzureMLConnectionSettings, discovery: dict[str, Any]) -> str:
-    return str(discovery.get("history") or discovery.get("api") or settings.resource_manager_url)
+    """Run history's host: discovery's ``api``, as azure-ai-ml uses it. In Azure's recordings ``history``
+    names another host (``<region>.experiments.azureml.net``) that the SDK never calls."""
+    return str(discovery.get("api") or discovery.get("history") or settings.resource_manager_url)
 
 
 def _needs_details(arm_job: dict[str, Any]) -> bool:

@@ -273,13 +273,26 @@ ALWAYS_SENT: dict[str, list[str]] = {
 }
 
 # The batch invoke response (data plane). arm_ml_service has no model for it; the SDK's
-# ``BatchJob._from_rest_object`` reads ``id``, ``name``, ``type`` and ``properties.status``.
+# ``BatchJob._from_rest_object`` reads ``id``, ``name``, ``type`` and ``properties.status``. The shape is
+# the one Azure answered in azure-ai-ml's recording (azure_shapes/batch_endpoint.invoke.json, which
+# test_conformance compares key by key).
 INVOKE_RESPONSE = {
     "id": str,
     "name": str,
     "type": str,
     "systemData": dict,
-    "properties": {"status": str, "outputFileName": (str, type(None)), "output": dict, "interactionEndpoints": dict},
+    "properties": {
+        "provisioningState": str,
+        "inputData": dict,
+        "compute": dict,
+        "output": dict,
+        "retrySettings": dict,
+        "status": str,
+        "interactionEndpoints": dict,
+        "tags": dict,
+        "properties": dict,
+        "name": str,
+    },
 }
 
 

@@ -698,7 +698,7 @@ def test_output_into_a_registered_datastore_folder_works(emulator: Emulator, azu
     }
     outputs = {"score": {"jobOutputType": "uri_folder", "uri": "azureml://datastores/otherstore/paths/out/"}}
     response = post_invoke(emulator, {"name": "job-otherds", "inputData": inputs, "outputData": outputs})
-    assert response.status_code == 200, response.text
+    assert response.status_code == 201, response.text  # batch_endpoint.invoke: Azure answers 201
     assert wait_terminal(ml, "job-otherds") == "Completed"
     assert (emulator.data_dir / "datastores" / "otherstore" / "out" / "predictions.csv").is_file()
 

@@ -560,3 +560,46 @@ def test_the_token_endpoint_can_be_taken_down_and_only_by_a_rule_aimed_at_it(emu
     emulator.add_fault(kind="status", status=500, count=None)  # every ARM route, not identity
     assert token(emulator, f"{emulator.base_url}//.default")
     assert get(emulator, ws_url(emulator), bearer).status_code == 500
+
+
+# ------------------------------------------------------------------------------------------ LRO polls
+def put(emulator: Emulator, url: str, bearer: str, body: Any) -> requests.Response:
+    headers = {"Authorization": f"Bearer {bearer}"}
+    return requests.put(url, json=body, headers=headers, verify=emulator.ca_cert, timeout=30)
+
+
+CLUSTER_BODY = {
+    "location": "eastus",
+    "properties": {
+        "computeType": "AmlCompute",
+        "properties": {"vmSize": "STANDARD_DS3_V2", "scaleSettings": {"minNodeCount": 0, "maxNodeCount": 1}},
+    },
+}
+
+
+def test_a_poll_is_scoped_to_the_subscription_that_started_the_operation(emulator: Emulator) -> None:
+    """ARM routes an operation's poll by its subscription: the same id under another one is not found."""
+    bearer = arm_token(emulator)
+    created = put(emulator, ws_url(emulator, "/computes/scoped?api-version=2024-10-01"), bearer, CLUSTER_BODY)
+    assert created.status_code == 201, created.text
+    poll = created.headers["Azure-AsyncOperation"]
+    assert "/computeOperationsStatus/" in poll and "Location" not in created.headers  # compute.put.201
+    assert get(emulator, poll, bearer).status_code == 200
+    elsewhere = poll.replace(emulator.subscription_id, "00000000-0000-0000-0000-00000000dead")
+    refused = get(emulator, elsewhere, bearer)
+    assert refused.status_code == 404 and set(refused.json()["error"]) >= {"code", "message"}
+
+
+def test_a_failed_operation_carries_an_error(emulator: Emulator) -> None:
+    """A compute deleted while its create is polled: the poll says Failed, with ARM's ``error`` object."""
+    bearer = arm_token(emulator)
+    created = put(emulator, ws_url(emulator, "/computes/gone?api-version=2024-10-01"), bearer, CLUSTER_BODY)
+    assert created.status_code == 201, created.text
+    headers = {"Authorization": f"Bearer {bearer}"}
+    deleted = requests.delete(
+        ws_url(emulator, "/computes/gone?api-version=2024-10-01"), headers=headers, verify=emulator.ca_cert, timeout=30
+    )
+    assert deleted.status_code == 202
+    body = get(emulator, created.headers["Azure-AsyncOperation"], bearer).json()
+    assert body["status"] == "Failed"
+    assert set(body["error"]) == {"code", "message"} and body["error"]["message"]

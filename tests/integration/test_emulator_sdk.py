@@ -252,7 +252,7 @@ def test_only_the_identity_discovery_and_prices_routes_are_open(emulator: Emulat
     open_paths = [
         f"/{emulator.tenant_id}/v2.0/.well-known/openid-configuration",
         "/common/discovery/instance?api-version=1.1&authorization_endpoint=x",
-        f"/discovery/workspaces/{emulator.workspace_name}",
+        "/discovery",
     ]
     for open_path in open_paths:
         assert requests.get(emulator.base_url + open_path, verify=emulator.ca_cert, timeout=10).status_code != 401
