@@ -1,9 +1,11 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the example DAG against the local Azure ML emulator
 #   make test   run the test suite (unit, integration, e2e); changes no tracked file. Four pytest-xdist
-#               workers, a test file at a time (--dist loadfile): the e2e matrix is two files, each run by
-#               one worker on an Airflow deployment of its own, and the other workers take the rest. The
-#               suite mostly waits (emulated jobs, Airflow's scheduler), so four workers share two cores.
+#               workers, a test file at a time (--dist loadfile) in collection order (--no-loadscope-reorder:
+#               xdist would otherwise start the files with the most tests first, and the e2e files last):
+#               the e2e matrix is four files, one a worker at the start, each on an Airflow deployment of
+#               its own, and then the workers take the rest. The suite mostly waits (emulated jobs,
+#               Airflow's scheduler), so four workers share two cores.
 # and one more for maintainers:
 #   make reliability   run the e2e fault matrix and rebuild docs/reliability.{md,json} from it
 PYTHON ?= python3
@@ -33,7 +35,7 @@ test: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_kubectl.sh
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=20
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 reliability: $(STAMP)
 	bash scripts/ensure_postgres.sh
@@ -55,7 +57,7 @@ docs: $(STAMP)
 	.venv-airflow-$*/bin/python -m pip install --quiet -c constraints/airflow-$*.txt -e ".[test]"
 	touch $@
 
-AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n $(VERSION_TEST_WORKERS) --dist loadfile --durations=10 -m "not same_on_every_airflow" tests/unit tests/integration
+AIRFLOW_VERSION_TESTS = $(PY_ALT) -m pytest -q -p no:cacheprovider -n $(VERSION_TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 -m "not same_on_every_airflow" tests/unit tests/integration
 
 test-airflow-3.1: PY_ALT := .venv-airflow-3.1/bin/python
 test-airflow-3.1: .venv-airflow-3.1/.installed
