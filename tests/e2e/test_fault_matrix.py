@@ -50,7 +50,7 @@ def test_kill9_task_right_after_invoke_post(e2e: E2E) -> None:
             seen.append(repr(exc))
 
     e2e.emulator.after_response(
-        lambda e: e["method"] == "POST" and e["path"].startswith("/inference/batch/") and e["status"] == 200,
+        lambda e: e["method"] == "POST" and e["path"].startswith("/inference/batch/") and e["status"] == 201,
         kill_submitter,
     )
     _, interval, state = run_example(e2e, "2026-11-02T00:00:00+00:00")

@@ -184,7 +184,7 @@ def test_service_ignores_the_requested_job_name(e2e: E2E) -> None:
 
     e2e.emulator.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
     e2e.emulator.after_response(
-        lambda e: e["method"] == "POST" and e["path"].startswith("/inference/batch/") and e["status"] == 200,
+        lambda e: e["method"] == "POST" and e["path"].startswith("/inference/batch/") and e["status"] == 201,
         kill_submitter,
     )
     try:
