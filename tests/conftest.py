@@ -89,6 +89,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.same_on_every_airflow)
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The conformance test's coverage (test_conformance.py), which a pytest-xdist worker cannot print itself."""
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        for key, value in getattr(report, "user_properties", []):
+            if str(key).startswith("conformance") and report.when == "call":
+                terminalreporter.write_line(value if key == "conformance" else f"{key}: {value}")
+
+
 FAST = Timing(provisioning=0.02, node_startup=0.05, mini_batch=0.03, command_job=0.2, tick=0.01)
 
 
