@@ -317,7 +317,15 @@ class Routes:
                 status = "Failed"
             elif compute.provisioning_state in ("Creating", "Updating"):
                 status = "InProgress"
+        elif kind == "compute-deleted":
+            status = "Succeeded" if name not in self.ws.computes else "InProgress"
         return kind, name, status
+
+    def _status_response(self, body: dict[str, Any]) -> web.Response:
+        """An operation's poll answer; one still in progress asks to be polled again after ``Retry-After``."""
+        if body["status"] == "InProgress":
+            return web.json_response(body, headers={"Retry-After": self.lro_retry_after})
+        return web.json_response(body)
 
     async def operation_status(self, request: web.Request) -> web.Response:
         """``mfeOperationsStatus``: ``id``, ``name`` and ``status`` only (operation_status.get)."""
@@ -328,9 +336,7 @@ class Routes:
         body: dict[str, Any] = {"id": request.path, "name": request.match_info["op"], "status": status}
         if status == "Failed":
             body["error"] = {"code": "ResourceNotFound", "message": f"The resource {name!r} no longer exists."}
-        if status == "InProgress":
-            return web.json_response(body, headers={"Retry-After": self.lro_retry_after})
-        return web.json_response(body)
+        return self._status_response(body)
 
     async def compute_operation_status(self, request: web.Request) -> web.Response:
         """``computeOperationsStatus``: ``status``, and ``percentComplete`` once it succeeded
@@ -338,17 +344,13 @@ class Routes:
         found = self._operation(request)
         if found is None:
             return arm_error(404, "NotFound", "Operation not found")
-        kind, name, status = found
-        if kind == "compute-deleted":
-            status = "Succeeded" if name not in self.ws.computes else "InProgress"
+        _, name, status = found
         body: dict[str, Any] = {"status": status}
         if status == "Succeeded":
             body["percentComplete"] = 100.0
         elif status == "Failed":
             body["error"] = {"code": "ResourceNotFound", "message": f"Compute {name!r} no longer exists."}
-        if status == "InProgress":
-            return web.json_response(body, headers={"Retry-After": self.lro_retry_after})
-        return web.json_response(body)
+        return self._status_response(body)
 
     # ------------------------------------------------------------------- jobs
     async def list_jobs(self, request: web.Request) -> web.Response:

@@ -33,6 +33,7 @@ import pytest
 
 from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
+from tests.integration.test_emulator_protocol import ml_client
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = Path(__file__).with_name("azure_shapes")
@@ -251,35 +252,8 @@ class Capture:
 
 
 def client(emulator: Emulator, capture: Capture) -> Any:
-    from azure.ai.ml import MLClient
-    from azure.identity import ClientSecretCredential
-
-    credential = ClientSecretCredential(
-        emulator.tenant_id,
-        emulator.client_id,
-        emulator.client_secret,
-        authority=emulator.base_url,
-        connection_verify=emulator.ca_cert,
-        disable_instance_discovery=True,
-    )
-    return MLClient(
-        credential,
-        emulator.subscription_id,
-        emulator.resource_group,
-        emulator.workspace_name,
-        connection_verify=emulator.ca_cert,
-        show_progress=False,
-        raw_response_hook=capture,
-        cloud=f"EmulatorConformance-{emulator.port}",
-        cloud_metadata={
-            "azure_portal": emulator.base_url + "/",
-            "resource_manager": emulator.base_url + "/",
-            "active_directory": emulator.base_url + "/",
-            "aml_resource_id": emulator.ml_audience + "/",
-            "storage_endpoint": "core.windows.net",
-            "registry_discovery_endpoint": emulator.base_url + "/",
-        },
-    )
+    """The real MLClient over HTTPS with a real credential, every response it receives going to ``capture``."""
+    return ml_client(emulator, emulator.ml_audience, raw_response_hook=capture)
 
 
 def run_scenario(ml: Any, emulator: Emulator) -> None:

@@ -77,8 +77,9 @@ def post(emulator: Emulator, url: str, bearer: str, body: Any = None, **headers:
     return requests.post(url, json=body or {}, headers=headers, verify=emulator.ca_cert, timeout=30)
 
 
-def ml_client(emulator: Emulator, aml_resource_id: str) -> Any:
-    """An MLClient on a custom cloud whose data-plane audience is ``aml_resource_id``."""
+def ml_client(emulator: Emulator, aml_resource_id: str, **client_kwargs: Any) -> Any:
+    """An MLClient on a custom cloud whose data-plane audience is ``aml_resource_id``; ``client_kwargs`` go to
+    ``MLClient`` (azure-core pipeline options such as ``raw_response_hook``)."""
     from azure.ai.ml import MLClient
     from azure.identity import ClientSecretCredential
 
@@ -98,6 +99,7 @@ def ml_client(emulator: Emulator, aml_resource_id: str) -> Any:
         emulator.workspace_name,
         connection_verify=emulator.ca_cert,
         show_progress=False,
+        **client_kwargs,
         cloud=f"EmulatorProtocol-{digest}",
         cloud_metadata={
             "azure_portal": emulator.base_url + "/",
