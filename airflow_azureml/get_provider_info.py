@@ -99,6 +99,11 @@ def get_provider_info() -> dict[str, Any]:
                     "authority_url": _text("Authority URL", "Custom cloud only: Entra ID authority (https://...)."),
                     "ca_bundle": _text("CA bundle path", "PEM file of a private CA; TLS verification stays on."),
                     "studio_url": _text("Studio URL", "Base URL for Azure ML Studio links (optional)."),
+                    "spot_history_url": _text(
+                        "Spot history container",
+                        "Blob container URL for the shared spot history (optional; default: the workspace's "
+                        "storage account, or 'variable' for an Airflow Variable).",
+                    ),
                 },
             }
         ],

@@ -212,6 +212,18 @@ class SpotHistory:
             updated_at=now,
         )
 
+    def record_end(self, *, job: str, exposure_hours: float, now: float) -> SpotHistory:
+        """A spot job ended some other way (failed, cancelled, gave up queueing): it no longer runs, and the
+        ``exposure_hours`` its nodes ran were survived without a preemption."""
+        _check_hours(exposure_hours=exposure_hours)
+        base = self.decayed(now)
+        return replace(
+            base,
+            running=base._live(now, without=job),
+            exposure_hours=base.exposure_hours + exposure_hours,
+            updated_at=now,
+        )
+
     def _live(self, now: float, without: str | None = None) -> dict[str, float]:
         """The running jobs, less ``without`` and those lost track of."""
         oldest = now - MAX_RUNNING_HOURS * 3600

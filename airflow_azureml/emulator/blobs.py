@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import re
 import secrets
 import time
 import uuid
@@ -55,7 +56,14 @@ _MESSAGES = {
     "PublicAccessNotPermitted": "Public access is not permitted on this storage account.",
     "UnsupportedHttpVerb": "The resource doesn't support specified Http Verb.",
     "InvalidRange": "The range specified is invalid for the current size of the resource.",
+    "ConditionNotMet": "The condition specified using HTTP conditional header(s) is not met.",
+    "ContainerAlreadyExists": "The specified container already exists.",
+    "InvalidResourceName": "The specifed resource name contains invalid characters.",
+    "InvalidAuthenticationInfo": "Server failed to authenticate the request. Please refer to the information in "
+    "the www-authenticate header.",
 }
+#: Azure Storage's OAuth resource: azure-storage-blob asks for ``https://storage.azure.com/.default``.
+STORAGE_AUDIENCE = "https://storage.azure.com"
 
 
 def _http_date(when: dt.datetime) -> str:
@@ -97,7 +105,13 @@ class BlobStore:
         self.root = root
         self.containers: dict[str, Container] = {}
         self.base_url = ""  # http://127.0.0.1:<port>, set when the blob site starts
+        self.tls_url = ""  # https://127.0.0.1:<port>: the same account over TLS, for bearer tokens
         self.request_log: list[dict[str, Any]] = []
+        #: A bearer token's ``aud`` claim, None for a token the identity never issued or that expired.
+        self.token_audience: Callable[[str], str | None] = lambda token: None
+        #: Does the service principal hold a data role (Storage Blob Data Contributor) on the account?
+        self.data_role: Callable[[], bool] = lambda: True
+        self.challenge = ""  # the WWW-Authenticate of a 401: where to get a token, for which resource
 
     # ------------------------------------------------------------------ control
     def create_container(self, name: str | None = None) -> Container:
@@ -144,6 +158,16 @@ class BlobStore:
         signature = request.query.get("sig")
         if not signature and "Authorization" not in request.headers:
             raise BlobError(409, "PublicAccessNotPermitted")
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if not signature and scheme == "Bearer":
+            # Entra ID: the token must be one the identity issued for Storage; RBAC then decides (data roles)
+            if request.scheme != "https":
+                raise BlobError(400, "InvalidUri")  # Azure Storage takes bearer tokens over HTTPS only
+            if (self.token_audience(token.strip()) or "").rstrip("/") != STORAGE_AUDIENCE:
+                raise BlobError(401, "InvalidAuthenticationInfo")
+            if not self.data_role():
+                raise BlobError(403, "AuthorizationPermissionMismatch")
+            return
         if container is None:  # an unknown container: a SAS cannot be valid for it
             raise BlobError(403, "AuthenticationFailed")
         if signature != container.sas_signature or dt.datetime.now(dt.timezone.utc) >= container.expires:
@@ -176,20 +200,27 @@ class BlobStore:
             # another account's host name would not even resolve; an unknown one here is a 400
             raise BlobError(400, "InvalidUri")
         container = self.containers.get(request.match_info["container"])
-        name = request.match_info["blob"]
+        name = request.match_info.get("blob", "")
+        if not name:
+            return self._container_operation(request, container)
         comp = request.query.get("comp")
         if request.method == "HEAD":
             self._authorize(request, container, "r")
-            return self._properties(self._blob(container, name), head=True)
+            blob = self._blob(container, name)
+            _read_condition(request, blob)
+            return self._properties(blob, head=True)
         if request.method == "GET":
             self._authorize(request, container, "r")
-            return self._download(request, self._blob(container, name))
+            blob = self._blob(container, name)
+            _read_condition(request, blob)
+            return self._download(request, blob)
         if request.method != "PUT":
             if request.method == "DELETE":
                 self._authorize(request, container, "d")
             raise BlobError(405, "UnsupportedHttpVerb")
         self._authorize(request, container, "w")
-        assert container is not None
+        if container is None:
+            raise BlobError(404, "ContainerNotFound")
         body = await request.read()
         if comp == "metadata":
             blob = self._blob(container, name)
@@ -231,8 +262,35 @@ class BlobStore:
         return self._answer(201, headers)
 
     def _precondition(self, request: web.Request, container: Container, name: str) -> None:
-        if request.headers.get("If-None-Match") == "*" and name in container.blobs:
+        """A write's conditional headers ("Specifying conditional headers for Blob service operations")."""
+        blob = container.blobs.get(name)
+        if request.headers.get("If-None-Match") == "*" and blob is not None:
             raise BlobError(409, "BlobAlreadyExists")
+        wanted = request.headers.get("If-Match")
+        if wanted is not None and wanted != "*" and (blob is None or blob.etag != wanted):
+            raise BlobError(412, "ConditionNotMet")  # a blob that is gone matches no ETag either
+        if wanted == "*" and blob is None:
+            raise BlobError(412, "ConditionNotMet")
+
+    def _container_operation(self, request: web.Request, container: Container | None) -> web.Response:
+        """Create Container (``PUT ?restype=container``): what an Entra identity with a data role may do."""
+        if request.method != "PUT" or request.query.get("restype") != "container":
+            raise BlobError(400, "InvalidUri")
+        if "Authorization" not in request.headers or request.query.get("sig"):
+            raise BlobError(403, "AuthorizationPermissionMismatch")  # the emulator's SAS are container-level
+        self._authorize(request, container, "w")
+        if container is not None:
+            raise BlobError(409, "ContainerAlreadyExists")
+        name = request.match_info["container"]
+        if not re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", name):
+            raise BlobError(400, "InvalidResourceName")
+        created = self.create_container(name)
+        created.expires = dt.datetime.max.replace(tzinfo=dt.timezone.utc)  # no SAS of it is ever handed out
+        stamp = {
+            "ETag": f'"0x{uuid.uuid4().hex[:15].upper()}"',
+            "Last-Modified": _http_date(dt.datetime.now(dt.timezone.utc)),
+        }
+        return self._answer(201, stamp)
 
     def _blob(self, container: Container | None, name: str) -> Blob:
         if container is None:
@@ -287,6 +345,12 @@ class BlobStore:
         return web.Response(status=status, headers={**_common(), **headers})
 
 
+def _read_condition(request: web.Request, blob: Blob) -> None:
+    wanted = request.headers.get("If-Match")
+    if wanted is not None and wanted not in ("*", blob.etag):
+        raise BlobError(412, "ConditionNotMet")
+
+
 def _common() -> dict[str, str]:
     return {
         "x-ms-request-id": str(uuid.uuid4()),
@@ -314,9 +378,14 @@ def _metadata(request: web.Request) -> dict[str, str]:
     return {k[len("x-ms-meta-") :]: v for k, v in request.headers.items() if k.lower().startswith("x-ms-meta-")}
 
 
-def error_response(exc: BlobError, method: str) -> web.Response:
-    """The Blob service's error: ``x-ms-error-code`` always, and an XML body except for ``HEAD``."""
+def error_response(exc: BlobError, method: str, challenge: str = "") -> web.Response:
+    """The Blob service's error: ``x-ms-error-code`` always, and an XML body except for ``HEAD``.
+
+    A 401 carries the bearer challenge (``authorization_uri``, ``resource_id``) that azure-storage-blob reads.
+    """
     headers = {**_common(), "x-ms-error-code": exc.code}
+    if exc.status == 401 and challenge:
+        headers["WWW-Authenticate"] = challenge
     if method == "HEAD":
         return web.Response(status=exc.status, headers=headers)
     request_id = headers["x-ms-request-id"]
@@ -349,7 +418,7 @@ def blob_app(store: BlobStore, request_log: list[dict[str, Any]]) -> web.Applica
         try:
             response = await handler(request)
         except BlobError as exc:
-            response = error_response(exc, request.method)
+            response = error_response(exc, request.method, store.challenge)
         except web.HTTPException as exc:
             response = error_response(BlobError(exc.status, "InvalidUri"), request.method)
         entry["status"] = response.status
@@ -357,4 +426,5 @@ def blob_app(store: BlobStore, request_log: list[dict[str, Any]]) -> web.Applica
 
     app = web.Application(middlewares=[log], client_max_size=256 * 1024**2)
     app.router.add_route("*", "/{account}/{container}/{blob:.+}", store.handle)
+    app.router.add_route("*", "/{account}/{container}", store.handle)
     return app

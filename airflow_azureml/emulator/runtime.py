@@ -119,6 +119,7 @@ class Behaviour:
     check_audiences: bool = True  # each plane refuses tokens issued for another audience (emulator.identity)
     list_ignores_properties_filter: bool = False  # the jobs LIST answers as if no ``properties`` filter was sent
     list_lag_seconds: float = 0.0  # a job shows in the jobs LIST only this long after it was created (GET at once)
+    storage_data_role: bool = True  # the service principal holds Storage Blob Data Contributor on the account
 
     def update(self, values: dict[str, Any]) -> None:
         known = {f.name for f in fields(self)}

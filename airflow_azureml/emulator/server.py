@@ -21,7 +21,8 @@ from urllib.parse import quote
 from aiohttp import web
 
 from airflow_azureml.emulator.api_versions import ApiVersionCheck, api_version_middleware
-from airflow_azureml.emulator.blobs import blob_app
+from airflow_azureml.emulator.blobs import ACCOUNT as BLOB_ACCOUNT
+from airflow_azureml.emulator.blobs import STORAGE_AUDIENCE, blob_app
 from airflow_azureml.emulator.certs import ensure_self_signed_cert, make_private, write_private
 from airflow_azureml.emulator.codes import CodeRoutes
 from airflow_azureml.emulator.faults import FaultPlan, FaultRule
@@ -63,6 +64,9 @@ PUBLIC_ROUTES = (
     re.compile(r"/_emulator/studio/jobs/[^/]+"),  # the Studio link a person opens in a browser
 )
 MAX_LOGGED_REQUESTS = 200_000
+
+
+SPOT_HISTORY_CONTAINER = "airflow-spot-history"  # where connection_info points the provider's spot history
 
 
 class Emulator:
@@ -188,7 +192,10 @@ class Emulator:
             request_log=self.request_log,
         )
         check = self.audience_check
-        add_identity_routes(app, self.identity, self.base_url, lambda: check.arm | check.ml | check.kubernetes)
+        storage = frozenset({STORAGE_AUDIENCE})
+        add_identity_routes(
+            app, self.identity, self.base_url, lambda: check.arm | check.ml | check.kubernetes | storage
+        )
         self.routes.add_to(app)
         CodeRoutes(self.workspace.codes, self.routes).add_to(app)
         KubernetesRoutes(self.workspace, kubeconfig_writer=self._write_kubeconfig).add_to(app)
@@ -200,8 +207,25 @@ class Emulator:
         await self._blob_runner.setup()
         blob_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         blob_sock.bind(("127.0.0.1", 0))
-        self.workspace.blobs.base_url = f"http://127.0.0.1:{blob_sock.getsockname()[1]}"
+        blobs = self.workspace.blobs
+        blobs.base_url = f"http://127.0.0.1:{blob_sock.getsockname()[1]}"
         await web.SockSite(self._blob_runner, blob_sock, backlog=256).start()
+        # the same account over TLS: Azure Storage takes Entra ID bearer tokens over HTTPS only (the spot history)
+        tls_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tls_sock.bind(("127.0.0.1", 0))
+        blobs.tls_url = f"https://127.0.0.1:{tls_sock.getsockname()[1]}"
+        await web.SockSite(self._blob_runner, tls_sock, ssl_context=ssl_ctx, backlog=256).start()
+        identity, behaviour = self.identity, self.workspace.behaviour
+
+        def token_audience(token: str) -> str | None:
+            live = identity.issued.get(token, 0) > time.time()
+            return identity.audiences.get(token) if live else None
+
+        blobs.token_audience = token_audience
+        blobs.data_role = lambda: behaviour.storage_data_role
+        blobs.challenge = (
+            f"Bearer authorization_uri={self.base_url}/{self.tenant_id}/oauth2/authorize resource_id={STORAGE_AUDIENCE}"
+        )
 
     def stop(self) -> None:
         if self._loop is not None and self._loop.is_running():
@@ -335,6 +359,8 @@ class Emulator:
             "aml_resource_id": self.ml_audience,
             "emulator": True,  # ours, not Azure's: tells the provider's Studio link to use the emulator's job page
             "prices_endpoint": self.base_url,  # the emulator's Retail Prices API (docs/cost.md), not prices.azure.com
+            # the spot policy's shared history: a container in the emulated storage account, over TLS
+            "spot_history_url": f"{self.workspace.blobs.tls_url}/{BLOB_ACCOUNT}/{SPOT_HISTORY_CONTAINER}",
         }
         uri = (
             f"azure-ml://{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}@"
@@ -355,6 +381,20 @@ class Emulator:
                 {"conn_type": "azure_ml", "login": self.client_id, "password": self.client_secret, "extra": extra}
             ),
         }
+
+    def spot_histories(self) -> dict[str, Any]:
+        """The spot history blobs the provider wrote (name -> parsed JSON): the emulator's own record."""
+
+        def read() -> dict[str, Any]:
+            container = self.workspace.blobs.containers.get(SPOT_HISTORY_CONTAINER)
+            if container is None:
+                return {}
+            return {name: json.loads(blob.path.read_bytes()) for name, blob in container.blobs.items()}
+
+        return self.call(read)
+
+    def forget_spot_histories(self) -> None:
+        self.call(lambda: self.workspace.blobs.containers.pop(SPOT_HISTORY_CONTAINER, None))
 
     def write_connection_file(self) -> Path:
         return write_private(self.data_dir / "emulator.json", json.dumps(self.connection_info(), indent=2))

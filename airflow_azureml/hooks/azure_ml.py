@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from airflow_azureml.hooks.rest import AsyncRestClient, RestClient
     from airflow_azureml.instance_types import InstanceType
+    from airflow_azureml.spot_history_store import HistoryStore
 
 # Retries of single calls: short delays (Retry-After when sent), five retries, the same back-off rule as polls.
 ONE_SHOT_RETRIES = PollingPolicy(interval=2.0, max_interval=30.0, max_transient_errors=5)
@@ -458,6 +459,49 @@ class AzureMLHook(BaseHook):
         return extra.get(name) or extra.get(f"extra__azure_ml__{name}")
 
     # ------------------------------------------------------------ UI support
+    def spot_history_store(self, target: str) -> HistoryStore:
+        """Where the spot policy shares what it saw on ``target`` (``spot_history_store`` says why a blob).
+
+        The connection's ``spot_history_url`` container, else the workspace's storage account in a known
+        cloud; an Airflow Variable when neither is known, the extra says ``variable``, or Storage refuses
+        this identity (no data role).
+        """
+        from airflow_azureml import spot_history_store as stores
+        from airflow_azureml.hooks.connection import SPOT_HISTORY_IN_VARIABLE
+
+        variable = stores.VariableHistoryStore(stores.variable_name(self.azure_ml_conn_id, target))
+        s = self.settings
+        if s.spot_history_url == SPOT_HISTORY_IN_VARIABLE:
+            return variable
+        container = s.spot_history_url or self._workspace_history_container()
+        if not container:
+            self.log.info(
+                "No storage account known for the spot history of %s; using %s (set the connection's "
+                "spot_history_url: concurrent tasks may overwrite each other's updates in a Variable).",
+                target,
+                variable.where,
+            )
+            return variable
+        blob = stores.BlobHistoryStore(
+            stores.blob_url(container, self.azure_ml_conn_id, target), self.get_credential(), s.connection_verify
+        )
+        return stores.FallbackStore(blob, variable)
+
+    def _workspace_history_container(self) -> str | None:
+        """The default container, in the workspace's own storage account (a known cloud only)."""
+        from airflow_azureml import spot_history_store as stores
+
+        suffix = KNOWN_CLOUDS.get(self.settings.cloud, {}).get("storage_suffix")
+        if not suffix:
+            return None
+        try:
+            workspace = self.rest().request("GET", self.rest().paths.url(""), what="GET workspace")
+        except AzureMLError as exc:
+            self.log.info("Could not read the workspace's storage account: %s", scrub(str(exc)))
+            return None
+        account = ((workspace or {}).get("properties") or {}).get("storageAccount") or ""
+        return stores.storage_container_url(str(account), suffix)
+
     def test_connection(self) -> tuple[bool, str]:
         """Sign in and read the workspace: proves credential, cloud endpoints and names."""
         try:

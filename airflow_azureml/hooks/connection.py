@@ -23,16 +23,19 @@ KNOWN_CLOUDS: dict[str, dict[str, str]] = {
         "resource_manager": "https://management.azure.com",
         "authority": "https://login.microsoftonline.com",
         "studio": "https://ml.azure.com",
+        "storage_suffix": "core.windows.net",
     },
     "AzureChinaCloud": {
         "resource_manager": "https://management.chinacloudapi.cn",
         "authority": "https://login.chinacloudapi.cn",
         "studio": "https://studio.ml.azure.cn",
+        "storage_suffix": "core.chinacloudapi.cn",
     },
     "AzureUSGovernment": {
         "resource_manager": "https://management.usgovcloudapi.net",
         "authority": "https://login.microsoftonline.us",
         "studio": "https://ml.azure.us",
+        "storage_suffix": "core.usgovcloudapi.net",
     },
 }
 CUSTOM_CLOUD = "custom"
@@ -48,7 +51,10 @@ EXTRA_FIELDS = (
     "authority_url",
     "ca_bundle",
     "studio_url",
+    "spot_history_url",
 )
+#: ``spot_history_url`` that keeps the spot history in an Airflow Variable (concurrent updates can be lost).
+SPOT_HISTORY_IN_VARIABLE = "variable"
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,9 @@ class AzureMLConnectionSettings:
     prices_endpoint: str | None = None
     manual_prices: dict[str, dict[str, float]] | None = None
     prices_cache_dir: str | None = None
+    # where the spot policy's shared history lives (spot_history_store): a blob container URL, "variable",
+    # or None (the workspace's storage account, in a known cloud)
+    spot_history_url: str | None = None
 
     @property
     def workspace_path(self) -> str:
@@ -163,6 +172,13 @@ def parse_connection(conn: Any) -> AzureMLConnectionSettings:
     prices_endpoint = get("prices_endpoint")
     if prices_endpoint and not prices_endpoint.startswith(("https://", "http://")):
         raise AzureMLConfigError(f"Connection {conn.conn_id!r}: prices_endpoint must be an http(s):// URL.")
+    spot_history_url = get("spot_history_url")
+    blob_history = spot_history_url and spot_history_url != SPOT_HISTORY_IN_VARIABLE
+    if blob_history and (not spot_history_url.startswith("https://") or "?" in spot_history_url):
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: spot_history_url must be an https:// blob container URL without a "
+            f"query (the connection's identity signs in), or {SPOT_HISTORY_IN_VARIABLE!r}."
+        )
     manual = check_manual_prices(
         extra.get("prices") or extra.get("extra__azure_ml__prices"), f"Connection {conn.conn_id!r}"
     )
@@ -183,6 +199,7 @@ def parse_connection(conn: Any) -> AzureMLConnectionSettings:
         prices_endpoint=prices_endpoint.rstrip("/") if prices_endpoint else None,
         manual_prices=manual or None,
         prices_cache_dir=get("prices_cache_dir"),
+        spot_history_url=spot_history_url.rstrip("/") if spot_history_url else None,
     )
 
 

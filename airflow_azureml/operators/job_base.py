@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import compat, naming
 from airflow_azureml.compat import conf
@@ -24,6 +24,10 @@ from airflow_azureml.exceptions import (
 from airflow_azureml.links.studio import AzureMLStudioJobLink, AzureMLStudioPreviousJobLink
 from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, Outcome, classify, exception_for
+
+if TYPE_CHECKING:
+    from airflow_azureml.spot_history_store import HistoryStore
+    from airflow_azureml.spot_policy import SpotHistory
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
 MAX_BACKOFF = 600.0
@@ -862,9 +866,13 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         verdict = classify(snapshot, gauge=gauge, canceled_by_airflow=snapshot.name in state.airflow_canceled)
         self._report(context, snapshot, verdict)
         outcome = verdict.outcome
+        if outcome not in (Outcome.SUCCEEDED, Outcome.PREEMPTED):
+            self._close_on_cluster(state, snapshot.name)  # whatever ended it, it no longer runs on the cluster
         if outcome is Outcome.SUCCEEDED:
             if watched:  # this try saw it run: what it took, and that spot let it finish
                 self._record_on_cluster(state, snapshot, preempted=False)
+            else:
+                self._close_on_cluster(state, snapshot.name)
             result = self.result(state, snapshot, verdict)
             self.log.info("Job %s completed: %s", snapshot.name, result)
             return result
@@ -969,18 +977,23 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """What names the spot cluster this operator's jobs run on: the key of its shared ``SpotHistory``."""
         return None
 
-    def _spot_variable(self) -> str | None:
-        from airflow_azureml import spot_history_store
-
+    def _spot_store(self) -> HistoryStore | None:
+        """The spot cluster's shared history store (one per task process: it may read the workspace)."""
         target = self.spot_target()
-        return spot_history_store.variable_name(self.azure_ml_conn_id, target) if target else None
+        if not target:
+            return None
+        cached = self.__dict__.get("_history_store")
+        if cached is None or cached[0] != target:
+            cached = (target, self.hook.spot_history_store(target))
+            self.__dict__["_history_store"] = cached
+        return cached[1]
 
     def _spot_decision(self, state: ResubmissionState, snapshot: JobSnapshot | None) -> SpotDecision:
         """``spot_policy.decide`` on this cluster's history, the hourly prices and this unit's jobs so far."""
-        from airflow_azureml import spot_history_store, spot_policy
+        from airflow_azureml import spot_policy
 
-        variable = self._spot_variable()
-        history, known = spot_history_store.load(variable) if variable else (spot_policy.SpotHistory(), {})
+        store = self._spot_store()
+        history, known = store.load() if store else (spot_policy.SpotHistory(), {})
         info = {**known, **self._spot_compute(state)}
         dedicated = spot = None
         if info.get("vm_size"):
@@ -1045,12 +1058,15 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         the time its waits saw it Running, or, when no poll caught it Running, from the first compute
         reading of its wait to the wait's end.
         """
-        from airflow_azureml import cost, spot_history_store
+        from airflow_azureml import cost
 
-        variable = self._spot_variable()
+        store = self._spot_store()
         usage = state.usage or {}
         spans = [s for s in usage.get("spans") or [] if s.get("job") == snapshot.name and s.get("points")]
-        if not variable or not spans or snapshot.name in state.recorded:
+        if store is None or snapshot.name in state.recorded:
+            return
+        if not spans:  # no wait of this task saw it run: what it showed is unknown, but it runs no more
+            self._close_on_cluster(state, snapshot.name)
             return
         state.recorded.append(snapshot.name)
         self._remember(self._context, state)
@@ -1062,27 +1078,40 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         hours = held if held > 0 else wall  # seen Running: from then (queue time is no exposure); else the wait
         evicted = float(sum(cost.evictions(job_usage).values())) if on_spot else 0.0
         node_hours = sum(sum(v.values()) for v in cost.integrate(job_usage).values()) / 3600.0 if on_spot else 0.0
-        history, known = spot_history_store.load(variable)
-        now = time.time()
-        if preempted:
-            history = history.record_preemption(
-                exposure_hours=hours, now=now, evictions=evicted, node_hours=node_hours, job=snapshot.name
-            )
-        else:
-            history = history.record_completion(
-                run_hours=hours, now=now, on_spot=on_spot, evictions=evicted, node_hours=node_hours, job=snapshot.name
-            )
-        spot_history_store.save(variable, history, {**known, **self._spot_compute(state)})
+        seen = self._spot_compute(state)
+        job = snapshot.name
+
+        def change(history: SpotHistory, known: dict[str, Any]) -> tuple[SpotHistory, dict[str, Any]]:
+            now = time.time()
+            if preempted:
+                history = history.record_preemption(
+                    exposure_hours=hours, now=now, evictions=evicted, node_hours=node_hours, job=job
+                )
+            else:
+                history = history.record_completion(
+                    run_hours=hours, now=now, on_spot=on_spot, evictions=evicted, node_hours=node_hours, job=job
+                )
+            return history, {**known, **seen}
+
+        store.update(change)
+
+    def _close_on_cluster(self, state: ResubmissionState, job: str) -> None:
+        """A job that failed or was cancelled leaves the cluster's running jobs; the time its waits saw it
+        Running is exposure without a preemption. Once per job, like ``_record_on_cluster``."""
+        store = self._spot_store()
+        if store is None or job in state.recorded or self._on_fallback(state, job):
+            return
+        state.recorded.append(job)
+        self._remember(self._context, state)
+        held = self._held_hours(state, job)
+        store.update(lambda history, known: (history.record_end(job=job, exposure_hours=held, now=time.time()), known))
 
     def _record_start_on_cluster(self, job: str) -> None:
         """A job sent to spot counts as exposure from now until it ends (concurrent partitions' too)."""
-        from airflow_azureml import spot_history_store
-
-        variable = self._spot_variable()
-        if not variable or self.fallback_target() is None:
+        store = self._spot_store()
+        if store is None or self.fallback_target() is None:
             return
-        history, known = spot_history_store.load(variable)
-        spot_history_store.save(variable, history.record_start(job, time.time()), known)
+        store.update(lambda history, known: (history.record_start(job, time.time()), known))
 
     def _log_status(self, snapshot: JobSnapshot) -> None:
         self.log.info("Job %s is %s.", snapshot.name, snapshot.status)

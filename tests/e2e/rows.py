@@ -94,10 +94,11 @@ def explain_run(e2e: E2E, run_id: str, interval: str) -> str:
 
 def forget_spot_history(e2e: E2E) -> None:
     """Each row starts with no spot history: the spot policy shares what it saw on the cluster between
-    runs (an Airflow Variable), and one row's preemptions would otherwise steer the next row's jobs to
-    the fallback deployment before its fault is injected on the spot cluster."""
+    runs (a blob in the storage account; a Variable where none is reachable), and one row's preemptions
+    would otherwise steer the next row's jobs to the fallback deployment before its fault is injected."""
     import psycopg2
 
+    e2e.emulator.forget_spot_histories()  # the blob store (the connection's spot_history_url)
     conn = psycopg2.connect(host="127.0.0.1", port=e2e.postgres.port, user="airflow", dbname="airflow")
     try:
         with conn, conn.cursor() as cur:
@@ -179,6 +180,7 @@ def partition_jobs(e2e: E2E, interval: str, partition: int) -> list[Any]:
 def sql(e2e: E2E, query: str, *args: Any) -> list[tuple[Any, ...]]:
     import psycopg2
 
+    e2e.emulator.forget_spot_histories()  # the blob store (the connection's spot_history_url)
     conn = psycopg2.connect(host="127.0.0.1", port=e2e.postgres.port, user="airflow", dbname="airflow")
     try:
         with conn.cursor() as cur:

@@ -285,11 +285,11 @@ def test_token_endpoint_refuses_a_missing_scope_and_unknown_resources(emulator: 
     missing = requests.post(url, data=form, verify=emulator.ca_cert, timeout=30)
     assert missing.status_code == 400 and missing.json()["error_codes"] == [900144], missing.text
     assert "'scope'" in missing.json()["error_description"]
-    for scope in ("https://storage.azure.com/.default", "https://vault.azure.net/.default", "api://nobody/.default"):
+    for scope in ("https://vault.azure.net/.default", "api://nobody/.default"):
         with pytest.raises(ClientAuthenticationError) as err:
             token(emulator, scope)
         assert "AADSTS500011" in str(err.value), scope
-    # the three audiences, in the forms the SDK and azure-identity ask for, are issued
+    # the four audiences, in the forms the SDK and azure-identity ask for, are issued (Storage: the spot history)
     from airflow_azureml.emulator.identity import KUBERNETES_AUDIENCE
 
     for scope in (
@@ -298,6 +298,7 @@ def test_token_endpoint_refuses_a_missing_scope_and_unknown_resources(emulator: 
         f"{emulator.ml_audience}/.default",
         f"{emulator.ml_audience}//.default",
         f"{KUBERNETES_AUDIENCE}/.default",
+        "https://storage.azure.com/.default",
     ):
         assert token(emulator, scope), scope
 

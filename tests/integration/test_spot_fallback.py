@@ -148,14 +148,13 @@ def seed_cluster_history() -> None:
     The emulator's jobs last seconds, so its own runs say little about an hour-long job; this record
     gives the policy a realistic amount of work to weigh a preemption against.
     """
-    from airflow.models import Variable
-
-    from airflow_azureml import spot_history_store
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
     from airflow_azureml.spot_policy import SpotHistory
 
     history = SpotHistory(exposure_hours=0.5, spot_completions=2, completed_jobs=2, completed_hours=2.0)
-    record = {"version": 1, "history": history.to_dict(), "compute": {}}
-    Variable.set(spot_history_store.variable_name("azure_ml_default", TARGET), record, serialize_json=True)
+    store = AzureMLHook().spot_history_store(TARGET)
+    assert store.update(lambda _history, _known: (history, {}))
+    assert "airflow-spot-history" in store.where  # the emulator's storage account, as the tasks will use
 
 
 def spot_priced_at(ratio: float) -> dict[str, dict[str, float]]:
@@ -204,18 +203,14 @@ def test_expected_cost_stays_on_spot_when_spot_is_cheap(workspace: Emulator, run
 
 def test_the_cluster_history_is_shared_between_runs(workspace: Emulator, run_case) -> None:
     """What one run saw on the cluster (a preemption) is in its shared history for the next task."""
-    from airflow.models import Variable
-
-    from airflow_azureml import spot_history_store
-
     with when_sampled(workspace, preempt("canceled")):
         run, failures = run_case(
             "azureml_invoke_case", {"fallback_deployment": FALLBACK, "prices": spot_priced_at(0.2)}
         )
     assert str(run.state) == "success", failures
-    name = spot_history_store.variable_name("azure_ml_default", TARGET)
-    record = Variable.get(name, default_var=None, deserialize_json=True)
-    assert record is not None, "the task saved no history"
+    records = workspace.spot_histories()  # the blobs in the emulated storage account
+    assert len(records) == 1, f"the task saved no history, or more than one: {sorted(records)}"
+    record = next(iter(records.values()))
     history = record["history"]
     # counts fade with a half-life (spot_policy.SpotHistory), so seconds later they are just below 1
     assert history["preemptions"] == pytest.approx(1, abs=1e-3)
@@ -241,6 +236,10 @@ def test_queue_time_switch_whose_cancel_failed_reaches_the_fallback_on_the_retry
     assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
     assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
     assert_one_live_job(workspace)
+    # the spot job ended (cancelled after queueing): the cluster's history no longer counts it as running
+    (record,) = workspace.spot_histories().values()
+    assert record["history"]["running"] == {}, record["history"]
+    assert record["history"]["preemptions"] == 0
 
 
 def test_a_person_cancels_a_job_that_outlived_the_queue_time_cancel(workspace: Emulator, run_case) -> None:

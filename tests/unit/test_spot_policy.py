@@ -273,3 +273,15 @@ def test_importing_the_policy_loads_neither_airflow_nor_azure() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_job_that_ended_otherwise_leaves_the_running_jobs_and_adds_its_exposure() -> None:
+    """A failed or cancelled spot job: no preemption, no completion, its Running hours survived."""
+    start = 1_000_000.0
+    history = SpotHistory().record_start("a", start).record_start("b", start)
+    ended = history.record_end(job="a", exposure_hours=0.25, now=start + 1800)
+    assert set(ended.running) == {"b"}
+    assert ended.preemptions == 0 and ended.spot_completions == 0 and ended.completed_jobs == 0
+    assert ended.exposure_hours == pytest.approx(0.25, rel=1e-3)
+    with pytest.raises(ValueError):
+        history.record_end(job="a", exposure_hours=float("nan"), now=start)

@@ -74,6 +74,7 @@ def test_the_emulator_says_it_is_the_emulator(monkeypatch: pytest.MonkeyPatch) -
         "ml_audience": "https://ml.azure.com",
         "client_id": "id",
         "client_secret": "pw",
+        "workspace": SimpleNamespace(blobs=SimpleNamespace(tls_url="https://127.0.0.1:10")),
     }.items():
         setattr(fake, name, value)
     conn_extra = json.loads(fake.connection_info()["airflow_conn_json"])["extra"]
