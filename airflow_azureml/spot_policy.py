@@ -58,6 +58,7 @@ _COUNTS = (
     "completed_hours",
     "longest_preempted_hours",
 )
+MAX_ENDED = 500  # job names remembered as ended (far more than one cluster's jobs between two updates)
 MAX_RUNNING_HOURS = 48.0  # a job "running" longer than this was lost track of (a worker died): its entry is dropped
 DEFAULT_HALF_LIFE_HOURS = 168.0  # a week: spot capacity changes with region and demand (000), old evidence fades
 
@@ -113,6 +114,9 @@ class SpotHistory:
     updated_at: float | None = None  # epoch seconds of the last update (the caller's clock)
     half_life_hours: float = DEFAULT_HALF_LIFE_HOURS
     running: dict[str, float] = field(default_factory=dict)  # spot jobs holding nodes: name -> epoch seconds
+    # the last jobs whose end was recorded: an update applied twice (a write whose answer was lost, then
+    # retried on a changed blob) or a late start changes nothing (``MAX_ENDED`` kept, oldest dropped first)
+    ended: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -127,6 +131,8 @@ class SpotHistory:
             isinstance(k, str) and _finite(v) for k, v in self.running.items()
         ):
             raise ValueError("SpotHistory.running maps job names to epoch seconds")
+        if not isinstance(self.ended, list) or not all(isinstance(k, str) for k in self.ended):
+            raise ValueError("SpotHistory.ended lists job names")
 
     # ------------------------------------------------------------ updates
     def decayed(self, now: float | None) -> SpotHistory:
@@ -152,8 +158,13 @@ class SpotHistory:
 
     def record_start(self, job: str, now: float) -> SpotHistory:
         """The spot job ``job`` got its nodes at ``now``: its exposure counts from now until it ends."""
+        if job in self.ended:
+            return self  # ended already: a start recorded late (or replayed) does not bring it back
         base = self.decayed(now)
         return replace(base, running={**base._live(now), job: now}, updated_at=now)
+
+    def _ended(self, job: str | None) -> list[str]:
+        return self.ended if job is None else [*self.ended, job][-MAX_ENDED:]
 
     def record_preemption(
         self,
@@ -171,10 +182,13 @@ class SpotHistory:
         name, as given to ``record_start``.
         """
         _check_hours(exposure_hours=exposure_hours, evictions=evictions, node_hours=node_hours)
+        if job is not None and job in self.ended:
+            return self  # recorded already
         base = self.decayed(now)
         return replace(
             base,
             running=base._live(now, without=job),
+            ended=base._ended(job),
             preemptions=base.preemptions + 1,
             exposure_hours=base.exposure_hours + exposure_hours,
             longest_preempted_hours=max(base.longest_preempted_hours, exposure_hours),
@@ -199,10 +213,13 @@ class SpotHistory:
         fallback only its work counts (a dedicated node is never evicted).
         """
         _check_hours(run_hours=run_hours, evictions=evictions, node_hours=node_hours)
+        if job is not None and job in self.ended:
+            return self  # recorded already
         base = self.decayed(now)
         return replace(
             base,
             running=base._live(now, without=job),
+            ended=base._ended(job),
             exposure_hours=base.exposure_hours + (run_hours if on_spot else 0.0),
             evictions=base.evictions + (evictions if on_spot else 0.0),
             node_hours=base.node_hours + (node_hours if on_spot else 0.0),
@@ -216,10 +233,13 @@ class SpotHistory:
         """A spot job ended some other way (failed, cancelled, gave up queueing): it no longer runs, and the
         ``exposure_hours`` its nodes ran were survived without a preemption."""
         _check_hours(exposure_hours=exposure_hours)
+        if job in self.ended:
+            return self  # recorded already
         base = self.decayed(now)
         return replace(
             base,
             running=base._live(now, without=job),
+            ended=base._ended(job),
             exposure_hours=base.exposure_hours + exposure_hours,
             updated_at=now,
         )
@@ -282,8 +302,12 @@ class SpotHistory:
         if not isinstance(running, dict) or not all(isinstance(k, str) and _finite(v) for k, v in running.items()):
             raise ValueError("spot history field 'running' must map job names to epoch seconds")
         values["running"] = {k: float(v) for k, v in running.items()}
+        ended = data.get("ended") or []
+        if not isinstance(ended, list) or not all(isinstance(k, str) for k in ended):
+            raise ValueError("spot history field 'ended' must list job names")
+        values["ended"] = list(ended)[-MAX_ENDED:]
         for f in fields(cls):
-            if f.name == "running":
+            if f.name in ("running", "ended"):
                 continue
             value = data.get(f.name)
             if value is None:

@@ -285,3 +285,17 @@ def test_a_job_that_ended_otherwise_leaves_the_running_jobs_and_adds_its_exposur
     assert ended.exposure_hours == pytest.approx(0.25, rel=1e-3)
     with pytest.raises(ValueError):
         history.record_end(job="a", exposure_hours=float("nan"), now=start)
+
+
+def test_an_end_recorded_twice_counts_once() -> None:
+    """A write whose answer was lost is retried on a blob that changed: applying it again changes nothing."""
+    start = 1_000_000.0
+    once = SpotHistory().record_start("a", start).record_preemption(exposure_hours=0.5, now=start + 60, job="a")
+    twice = once.record_preemption(exposure_hours=0.5, now=start + 61, job="a")
+    assert twice == once
+    assert once.record_completion(run_hours=1.0, now=start + 62, job="a") == once
+    assert once.record_end(job="a", exposure_hours=0.1, now=start + 63) == once
+    assert once.record_start("a", start + 64) == once  # a start recorded late does not bring it back
+    assert SpotHistory.from_dict(json.loads(json.dumps(once.to_dict()))) == once
+    with pytest.raises(ValueError, match="ended"):
+        SpotHistory.from_dict({**once.to_dict(), "ended": "a"})
