@@ -1,0 +1,76 @@
+"""The bill of one unit's job chain, as the job operators report it (the arithmetic is ``cost``'s)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow_azureml import compat
+
+if TYPE_CHECKING:
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
+    from airflow_azureml.lifecycle import ResubmissionState
+
+COST_XCOM_KEY = "azureml_cost"  # the chain's bill (cost.estimate); cost.run_bill combines a run's
+
+
+def estimate(
+    hook: AzureMLHook, state: ResubmissionState, manual_prices: dict[str, dict[str, float]], log: logging.Logger
+) -> dict[str, Any] | None:
+    """The chain's estimated bill (``cost.estimate``), or None when it cannot be made; no side effects."""
+    from airflow_azureml import cost
+
+    try:
+        prices: dict[str, Any] = {}
+        for name, info in (state.usage.get("computes") or {}).items():
+            if info.get("vm_size"):
+                prices[name] = hook.price_quote(info["vm_size"], info.get("location"), manual_prices)
+        return cost.estimate(state.usage, prices, lost_jobs=state.counted, preemptions=state.preemptions)
+    except Exception as exc:  # the bill is a report: it never turns a finished job into a failed task
+        from airflow_azureml.redaction import scrub
+
+        log.warning("Could not estimate the cost of job chain %s: %s", state.job_names, scrub(str(exc)))
+        return None
+
+
+def report(
+    hook: AzureMLHook,
+    context: Any,
+    state: ResubmissionState,
+    manual_prices: dict[str, dict[str, float]],
+    log: logging.Logger,
+    *,
+    dag_id: str,
+    task_id: str,
+) -> dict[str, Any] | None:
+    """The chain's estimated bill: to the task log (one block), XCom ``azureml_cost`` and Airflow metrics.
+
+    Never fails the task: a price that cannot be read leaves the cost unknown (docs/cost.md). Returns
+    the bill without its raw usage (the OpenLineage facet's).
+    """
+    from airflow_azureml import cost
+
+    bill = estimate(hook, state, manual_prices, log)
+    if bill is None:
+        return None
+    ti = context.get("ti") if context is not None else None
+    map_index = getattr(ti, "map_index", -1)
+    bill.update(
+        dag_id=dag_id,
+        task_id=task_id,
+        map_index=map_index if isinstance(map_index, int) else -1,
+        job_names=list(state.job_names),
+        observed=cost.observed(state.usage),
+        usage=state.usage,
+    )
+    log.info("%s", cost.format_bill(bill, title=f"Azure ML cost of {task_id}"))
+    if ti is not None and hasattr(ti, "xcom_push"):
+        ti.xcom_push(key=COST_XCOM_KEY, value=bill)
+    try:
+        Stats = compat.stats()  # airflow.sdk.observability.stats from Airflow 3.2, airflow.stats on 3.1
+
+        for kind, metric, value, tags in cost.metrics(bill):
+            getattr(Stats, kind)(metric, value, tags=tags)
+    except Exception as exc:  # metrics are best effort
+        log.info("Could not send the cost metrics: %s", type(exc).__name__)
+    return {k: v for k, v in bill.items() if k not in ("usage", "observed")}
