@@ -28,11 +28,11 @@ from airflow_azureml.lifecycle import Decision, Limits, ResubmissionState
 from airflow_azureml.links.studio import AzureMLStudioJobLink, AzureMLStudioPreviousJobLink
 from airflow_azureml.operators import job_cost
 from airflow_azureml.operators.base import AzureMLBaseOperator
-from airflow_azureml.operators.job_chain import JobChain, Listed, parse_time, refused
-from airflow_azureml.operators.job_spot import SpotCluster, SpotDecision
+from airflow_azureml.operators.job_chain import JobChain, refused
+from airflow_azureml.operators.job_spot import SpotCluster
 from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, exception_for
 
-__all__ = ["AzureMLJobOperatorBase", "Listed", "ResubmissionState", "SpotDecision", "check_count", "parse_time"]
+__all__ = ["AzureMLJobOperatorBase", "check_count"]  # the re-exported names are documented where they live
 
 _refused = refused  # the name tests and older imports use
 # task_state_store key (one row per DAG run, task and map index; retries and clears share it).
