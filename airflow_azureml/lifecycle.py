@@ -289,8 +289,6 @@ class Decision:
     state: ResubmissionState
     actions: tuple[Action, ...]
 
-    def kinds(self) -> list[str]:
-        return [type(action).__name__ for action in self.actions]
 
 
 def _copy(state: ResubmissionState) -> ResubmissionState:

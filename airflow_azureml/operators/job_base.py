@@ -34,7 +34,6 @@ from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot,
 
 __all__ = ["AzureMLJobOperatorBase", "check_count"]  # the re-exported names are documented where they live
 
-_refused = refused  # the name tests and older imports use
 # task_state_store key (one row per DAG run, task and map index; retries and clears share it).
 # Renaming it breaks in-flight retries.
 STATE_KEY = "azureml_job"

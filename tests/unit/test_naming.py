@@ -32,7 +32,7 @@ def test_a_refused_submit_is_told_from_one_that_may_have_created_a_job() -> None
     from azure.core.exceptions import HttpResponseError, ServiceResponseError
 
     from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
-    from airflow_azureml.operators.job_base import _refused
+    from airflow_azureml.operators.job_chain import refused as _refused
 
     def wrapped(inner: BaseException) -> AzureMLError:
         try:
