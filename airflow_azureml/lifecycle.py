@@ -290,7 +290,6 @@ class Decision:
     actions: tuple[Action, ...]
 
 
-
 def _copy(state: ResubmissionState) -> ResubmissionState:
     return copy.deepcopy(state)
 
