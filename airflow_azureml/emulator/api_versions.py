@@ -74,6 +74,9 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "locations/computeOperationsStatus": _CURRENT,
     "locations/mfeOperationResults": _CURRENT,
 }
+#: The Activity Log's REST API (Activity Logs - List) has one version.
+INSIGHTS_EVENTS = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.Insights/eventtypes/management/values$", re.I)
+INSIGHTS_VERSIONS = frozenset({"2015-04-01"})
 _ACTIONS = frozenset({"cancel", "listKeys", "listNodes", "start", "stop", "restart", "updateDataMounts"})
 _WELL_FORMED = re.compile(r"\d{4}-\d{2}-\d{2}(-[A-Za-z]+)?")
 _PROVIDER_PATH = re.compile(r"^/subscriptions/[^/]+(?:/resourceGroups/[^/]+)?/providers/" + PROVIDER + "/(.+)$", re.I)
@@ -123,6 +126,8 @@ class ApiVersionCheck:
             )
         kind = resource_type(path)
         supported = SUPPORTED.get(kind or "", _CURRENT)
+        if INSIGHTS_EVENTS.match(path):
+            kind, supported = "eventtypes/management", INSIGHTS_VERSIONS
         if version in supported:
             return None
         if not _WELL_FORMED.fullmatch(version):

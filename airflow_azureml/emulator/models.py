@@ -151,6 +151,8 @@ class Compute:
             }
         )
         props.setdefault("description", None)  # amlcompute.get: sent, null when not set
+        if self.compute_type == "AmlCompute":
+            props.setdefault("resourceId", None)  # amlcompute.get, compute.put.201: null for a created cluster
         inner = dict(self.inner)
         if self.compute_type == "AmlCompute":
             counts = {s: 0 for s in ("idle", "running", "preparing", "unusable", "leaving", "preempted")}

@@ -13,6 +13,8 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from airflow_azureml.emulator.activity_log import PAGE_SIZE as ACTIVITY_PAGE_SIZE
+from airflow_azureml.emulator.activity_log import ActivityLog
 from airflow_azureml.emulator.azure_rules import is_datastore_name
 from airflow_azureml.emulator.errors import arm_error, method_not_allowed
 from airflow_azureml.emulator.faults import FaultRule
@@ -64,6 +66,7 @@ class Routes:
         self.identity = identity
         self.request_log = request_log
         self.operations: dict[str, tuple[str, str]] = {}  # op id -> (kind, name)
+        self.activity = ActivityLog(subscription_id, getattr(identity, "tenant_id", ""))
 
     # ------------------------------------------------------------------ ids
     @property
@@ -116,6 +119,7 @@ class Routes:
         r.add_get(w + "/jobs", self.list_jobs)
         r.add_route("*", w + "/jobs/{name}", self.job)
         r.add_post(w + "/jobs/{name}/cancel", self.cancel_job)
+        r.add_get("/subscriptions/{sub}/providers/Microsoft.Insights/eventtypes/management/values", self.activity_log)
         r.add_get(w + "/datastores", self.list_datastores)
         r.add_get(w + "/datastores/{name}", self.get_datastore)
         r.add_get(w + "/models/{name}", self.get_model_container)
@@ -153,6 +157,7 @@ class Routes:
         r.add_route("*", "/_emulator/behaviour", self.control_behaviour)
         r.add_post("/_emulator/batchEndpoints/{ep}/deployments/{name}/behaviour", self.control_deployment_behaviour)
         r.add_post("/_emulator/jobs/{name}/stall", self.control_stall)
+        r.add_post("/_emulator/jobs/{name}/cancel", self.control_cancel_unlogged)
         r.add_get("/_emulator/bill", self.control_bill)
         r.add_route("*", "/_emulator/prices", self.control_prices)
 
@@ -191,6 +196,12 @@ class Routes:
                 "publicNetworkAccess": "Enabled",
                 "v1LegacyMode": False,
                 "mlFlowTrackingUri": f"azureml://{self.location}.api.azureml.ms/mlflow/v1.0{self.ws_id}",
+                "notebookInfo": {  # workspace.get: the notebooks' storage, named by its ARM id
+                    "fqdn": f"ml-{self.workspace}-{self.location}.notebooks.azure.net",
+                    "isPrivateLinkEnabled": False,
+                    "notebookPreparationError": None,
+                    "resourceId": self._workspace_guid().replace("-", ""),
+                },
             },
             "systemData": {"createdAt": now.isoformat(), "createdBy": "emulator", "createdByType": "Application"},
         }
@@ -414,12 +425,48 @@ class Routes:
         self._check_scope(request)
         name = request.match_info["name"]
         self.ws.cancel_job(name)
+        auth = request.headers.get("Authorization", "")
+        caller = token_principal(auth[7:] if auth.startswith("Bearer ") else "").get("oid", "")
+        self.activity.job_cancel(  # ARM logs the action with its caller (emulator.activity_log)
+            resource_id=f"{self.ws_id}/jobs/{name}",
+            resource_group=self.rg,
+            caller=caller,
+            lag_seconds=self.ws.behaviour.activity_log_lag_seconds,
+        )
         loc = (
             f"{self.base_url}/subscriptions/{self.sub}/providers/{PROVIDER}/locations/{self.location}"
             f"/mfeOperationResults/jc:{self._workspace_guid()}:{name}?api-version=2024-10-01"
         )
         headers = {"Location": loc, "x-ms-async-operation-timeout": "PT1H", "Retry-After": self.lro_retry_after}
         return web.json_response(None, status=202, headers=headers)
+
+    async def activity_log(self, request: web.Request) -> web.Response:
+        """Activity Logs - List: the events the ``$filter`` selects, newest first, 50 a page (emulator.activity_log)."""
+        if request.match_info["sub"] != self.sub:
+            return arm_error(
+                404, "SubscriptionNotFound", f"The subscription '{request.match_info['sub']}' could not be found."
+            )
+        if not self.ws.behaviour.activity_log_reader:
+            return arm_error(
+                403,
+                "AuthorizationFailed",
+                "The client does not have authorization to perform action 'Microsoft.Insights/eventtypes/values/read' "
+                f"over scope '/subscriptions/{self.sub}'.",
+            )
+        events = self.activity.query(request.query.get("$filter", ""))
+        skip = int(request.query.get("$skiptoken", "0"))
+        page = events[skip : skip + ACTIVITY_PAGE_SIZE]
+        body: dict[str, Any] = {"value": page}
+        if skip + ACTIVITY_PAGE_SIZE < len(events):
+            query = {k: v for k, v in request.query.items() if k != "$skiptoken"}
+            query["$skiptoken"] = str(skip + ACTIVITY_PAGE_SIZE)
+            body["nextLink"] = f"{self.base_url}{request.path}?{urlencode(query)}"
+        return web.json_response(body)
+
+    async def control_cancel_unlogged(self, request: web.Request) -> web.Response:
+        """Test control: a person's cancel through a path the Activity Log does not see (Studio's, run history's)."""
+        job = self.ws.cancel_job(request.match_info["name"])
+        return web.json_response({"name": job.name, "status": job.status})
 
     async def operation_result(self, request: web.Request) -> web.Response:
         """A job cancel's poll: 202 ``{}`` (``Location`` itself) while the job is active, then 200, no body

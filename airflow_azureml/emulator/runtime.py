@@ -120,6 +120,8 @@ class Behaviour:
     list_ignores_properties_filter: bool = False  # the jobs LIST answers as if no ``properties`` filter was sent
     list_lag_seconds: float = 0.0  # a job shows in the jobs LIST only this long after it was created (GET at once)
     storage_data_role: bool = True  # the service principal holds Storage Blob Data Contributor on the account
+    activity_log_lag_seconds: float = 60.0  # an Activity Log event shows this long after it happened (ingestion)
+    activity_log_reader: bool = True  # the service principal may read the Activity Log (Reader at the group)
 
     def update(self, values: dict[str, Any]) -> None:
         known = {f.name for f in fields(self)}

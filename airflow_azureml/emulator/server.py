@@ -475,6 +475,15 @@ class Emulator:
         """A Running job goes NotResponding for ``seconds``, then resumes and goes on to its end."""
         self.call(lambda: self.workspace.stall_job(name, seconds))
 
+    def cancel_unlogged(self, name: str) -> None:
+        """A person's cancel through a path the Activity Log does not see (Studio's); also
+        ``POST /_emulator/jobs/{name}/cancel``. A cancel through ARM (the SDK) is logged."""
+        self.call(lambda: self.workspace.cancel_job(name))
+
+    def activity_events(self) -> list[dict[str, Any]]:
+        """Every Activity Log event so far, shown or not yet (emulator.activity_log)."""
+        return self.call(lambda: [dict(e) for _, e in self.routes.activity.events])
+
     def register_model(self, name: str, version: str, scoring_module: str) -> None:
         self.call(lambda: self.workspace.register_model(name, version, scoring_module=scoring_module))
 
