@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, Outcome, classify
+from airflow_azureml.outcomes import ActivityEvidence, Classification, GaugeEvidence, JobSnapshot, Outcome, classify
 
 MAX_CHAIN = 1000  # upper bound on the job names one unit of work can have
 MAX_BACKOFF = 600.0
@@ -65,6 +65,11 @@ class ResubmissionState:
     # Written before a submit is sent, cleared once its job is recorded: {"n": resubmission, "at": epoch s}.
     # Found set by the next try, the submit may have created a job that neither its name nor the LIST shows yet.
     submitting: dict[str, Any] | None = None
+    # An ambiguous cancel whose wait for late evidence (the Activity Log's lag) was spent: resubmitted next.
+    evidence_waited: str | None = None
+    # Its verdict before the wait, when that was a preemption on weak evidence (a read just after the job's
+    # end): kept, as that read is not repeated; an Activity Log cancel found after the wait overrides it.
+    evidence_reason: str | None = None
 
     @property
     def current(self) -> str | None:
@@ -108,6 +113,8 @@ class ResubmissionState:
             "max_tries": self.max_tries,
             "usage": self.usage,
             "submitting": self.submitting,
+            "evidence_waited": self.evidence_waited,
+            "evidence_reason": self.evidence_reason,
         }
 
     @classmethod
@@ -138,6 +145,8 @@ class ResubmissionState:
             state.preemptions = int(recalled.get("preemptions") or 0)
             state.counted = list(recalled.get("counted") or [])
             state.backoff_done = recalled.get("backoff_done")
+            state.evidence_waited = recalled.get("evidence_waited")
+            state.evidence_reason = recalled.get("evidence_reason")
             state.fallback_rule = recalled.get("fallback_rule")  # a clear gives spot another chance
             state.fallback_from = recalled.get("fallback_from")
         return state
@@ -152,6 +161,12 @@ class Limits:
     resubmit_backoff: float = 30.0
     fallback: str | None = None  # the fallback target's name; None: there is none
     deferrable: bool = False
+    # A cancel no witness explains (``Classification.ambiguous``): "fail" takes it as a person's (final),
+    # "resubmit" as lost capacity (counted against max_resubmits). Why "fail": docs/operators.md.
+    on_ambiguous_cancel: Literal["fail", "resubmit"] = "fail"
+    # With "resubmit": how long to wait for late evidence (a person's cancel shows in the Activity Log
+    # minutes late) before resubmitting; spent in the triggerer when deferrable.
+    evidence_wait: float = 900.0
 
 
 # ------------------------------------------------------------------ actions
@@ -223,6 +238,8 @@ class CheckDuplicate:
 
     job: str
     watched: bool
+    # set when the cancel is ambiguous and ``on_ambiguous_cancel="resubmit"``: the verdict's reason
+    resubmit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -388,7 +405,10 @@ def _ran_after_airflow_cancel(state: ResubmissionState, job: str) -> bool:
 
 
 def verdict(
-    state: ResubmissionState, snapshot: JobSnapshot, gauge: GaugeEvidence | None
+    state: ResubmissionState,
+    snapshot: JobSnapshot,
+    gauge: GaugeEvidence | None,
+    activity: ActivityEvidence | None = None,
 ) -> tuple[Decision, Classification]:
     """What an ended job means for this unit: ``outcomes.classify`` with Airflow's own cancel record.
 
@@ -407,7 +427,13 @@ def verdict(
         )
         steps.remember()
     airflows = snapshot.name in steps.state.airflow_canceled
-    return steps.done(), classify(snapshot, gauge=gauge, canceled_by_airflow=airflows)
+    found = classify(snapshot, gauge=gauge, canceled_by_airflow=airflows, activity=activity)
+    waited = steps.state.evidence_waited == snapshot.name and steps.state.evidence_reason
+    if waited and found.outcome is Outcome.USER_CANCELED and found.ambiguous:
+        # the weak evidence before the wait stands: no cancel request showed in the Activity Log since
+        reason = f"{steps.state.evidence_reason}; no cancel request in the Activity Log after the wait"
+        found = Classification(Outcome.PREEMPTED, reason, found.evidence, "gauge_after_end")
+    return steps.done(), found
 
 
 # --------------------------------------------------------------- decisions
@@ -417,6 +443,9 @@ def on_end(state: ResubmissionState, job: str, found: Classification, limits: Li
     ``watched``: this try waited for the job (else an earlier try or another run did).
     """
     outcome = found.outcome
+    weak = outcome is Outcome.PREEMPTED and found.witness == "gauge_after_end"
+    if weak and state.evidence_waited != job and limits.evidence_wait > 0:
+        return _wait_for_evidence(state, job, found.reason, limits)
     if outcome is Outcome.PREEMPTED:
         return on_preemption(state, job, found.reason, limits)
     steps = _Steps(state)
@@ -437,13 +466,39 @@ def on_end(state: ResubmissionState, job: str, found: Classification, limits: Li
         steps.add(Log(logging.INFO, f"Job {job} was cancelled by Airflow; submitting the next job of the chain."))
         steps.add(Submit())
         return steps.done()
-    steps.add(CheckDuplicate(job, watched))  # a person's cancel, unless it was a duplicate's
+    resubmit = found.reason if found.ambiguous and limits.on_ambiguous_cancel == "resubmit" else None
+    steps.add(CheckDuplicate(job, watched, resubmit))  # a person's cancel, unless it was a duplicate's
     return steps.done()
 
 
-def after_cancel(state: ResubmissionState, job: str, *, watched: bool, kept_instead: str | None) -> Decision:
+def _wait_for_evidence(state: ResubmissionState, job: str, reason: str, limits: Limits) -> Decision:
+    """A preemption seen only at the read just after the job's end: a person's cancel followed at once by a
+    preemption looks the same, and the person's request shows in the Activity Log minutes late."""
+    steps = _Steps(state)
+    steps.state.evidence_waited = job
+    steps.state.evidence_reason = reason
+    message = (
+        f"Job {job} looks preempted ({reason}), seen only after its end: reading the Activity Log again in "
+        f"{limits.evidence_wait:.0f}s before resubmitting (a person's cancel there would be final)."
+    )
+    steps.add(Log(logging.INFO, message))
+    steps.remember()
+    steps.add(BackOff(job, limits.evidence_wait, in_triggerer=limits.deferrable), Wait())
+    return steps.done()
+
+
+def after_cancel(
+    state: ResubmissionState,
+    job: str,
+    *,
+    watched: bool,
+    kept_instead: str | None,
+    limits: Limits | None = None,
+    resubmit: str | None = None,
+) -> Decision:
     """A person's cancel, once the LIST said whether it was a duplicate's (``kept_instead``: the older
-    job of the unit it was cancelled in favour of)."""
+    job of the unit it was cancelled in favour of). ``resubmit``: an ambiguous cancel that the operator's
+    ``on_ambiguous_cancel="resubmit"`` runs again, as a preemption (``limits`` then needed)."""
     steps = _Steps(state)
     state = steps.state
     if kept_instead is not None:  # cancelled as a duplicate of an older job of the unit: follow that one
@@ -462,6 +517,27 @@ def after_cancel(state: ResubmissionState, job: str, *, watched: bool, kept_inst
         )
         steps.add(Log(logging.INFO, message), Submit())
         return steps.done()
+    if resubmit is not None and limits is not None and state.evidence_waited != job and limits.evidence_wait > 0:
+        # A person's cancel shows in the Activity Log minutes late: wait for it before overriding anyone.
+        state.evidence_waited = job
+        state.evidence_reason = None
+        message = (
+            f"Job {job} was cancelled and no witness tells by whom yet; on_ambiguous_cancel='resubmit': looking "
+            f"at the Activity Log again in {limits.evidence_wait:.0f}s before resubmitting."
+        )
+        steps.add(Log(logging.INFO, message))
+        steps.remember()
+        steps.add(BackOff(job, limits.evidence_wait, in_triggerer=limits.deferrable), Wait())
+        return steps.done()
+    if resubmit is not None and limits is not None:
+        message = (
+            f"Job {job}: {resubmit}. No witness tells this cancel from lost capacity, and "
+            "on_ambiguous_cancel='resubmit' runs the work again (a person's cancel is overridden; "
+            "'fail' makes it final)."
+        )
+        steps.add(Log(logging.WARNING, message))
+        _count_and_resubmit(steps, job, "an ambiguous cancel, resubmitted by on_ambiguous_cancel", limits, "ended")
+        return steps.done()
     state.reported_cancels.append(job)  # stored after the job's record on the cluster: a retry fails on it again
     steps.remember()
     steps.add(Raise(job, "user_canceled"))
@@ -474,12 +550,19 @@ def on_preemption(state: ResubmissionState, job: str, reason: str, limits: Limit
     The back-off comes after the policy's answer (``resubmit``): a move to the fallback ends it.
     """
     steps = _Steps(state)
+    _count_and_resubmit(steps, job, reason, limits, "preempted")
+    return steps.done()
+
+
+def _count_and_resubmit(steps: _Steps, job: str, reason: str, limits: Limits, record: str | None) -> None:
+    """``record``: what the spot history learns ("preempted"; None or "ended": already closed as ended)."""
     state = steps.state
     if job not in state.counted:
         state.preemptions += 1
         state.counted.append(job)
         steps.remember()
-        steps.add(Record(job, "preempted"))
+        if record == "preempted":
+            steps.add(Record(job, "preempted"))
     if state.preemptions > limits.max_resubmits:
         message = (
             f"Job {job} was preempted ({reason}); {state.preemptions} preemption(s) in this run of the task, "
@@ -487,11 +570,10 @@ def on_preemption(state: ResubmissionState, job: str, reason: str, limits: Limit
             "budget and continues the same job chain."
         )
         steps.add(Raise(job, "budget_spent", message))
-        return steps.done()
+        return
     if limits.fallback is not None and not state.fallback_rule:
         steps.add(AskSpotPolicy(after=job))
     steps.add(Resubmit(job, reason))
-    return steps.done()
 
 
 def resubmit(state: ResubmissionState, job: str, reason: str, limits: Limits) -> Decision:

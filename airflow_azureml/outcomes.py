@@ -6,8 +6,9 @@ reports in Azure/MachineLearningNotebooks#1242, microsoft/MLOpsPython#346):
   of this job got pre-empted...``: the error *is* that text, it does not merely quote it;
 - ``Canceled`` for lack of capacity, only when the whole cluster (or its single node) was preempted.
   Azure sends no message and no property for that cancel, so only the cluster's
-  ``preemptedNodeCount`` gauge can tell it: sampled *while the job ran* (``GaugeEvidence``), it must
-  have risen by this job's nodes, up to every node of the cluster.
+  ``preemptedNodeCount`` gauge can tell it: a read taken *while the job ran* (between the start and
+  end times run history records, ``GaugeEvidence``) found every node of the cluster preempted, at
+  least the job's own nodes.
 Both are preemptions and may be resubmitted; a person's cancel and a code failure may not.
 
 A word such as "preempt", "evict", "capacity" or "low priority" in a user error or a warning is not
@@ -58,6 +59,10 @@ class JobSnapshot:
     properties: dict[str, str] = field(default_factory=dict)  # the job's (immutable) user properties
     # nodes the job holds, from the job resource (batch: compute.instanceCount; command: resources.instanceCount)
     instance_count: int | None = None
+    # when the job ran, as run history records it (startTimeUtc, endTimeUtc; epoch seconds): read only for a
+    # failed or cancelled job, it says which of the wait's compute reads were taken while the job ran
+    started_at: float | None = None
+    ended_at: float | None = None
 
     @property
     def terminal(self) -> bool:
@@ -78,6 +83,8 @@ class JobSnapshot:
             "tags": dict(self.tags),
             "properties": dict(self.properties),
             "instance_count": self.instance_count,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
         }
 
     @classmethod
@@ -92,6 +99,8 @@ class JobSnapshot:
             tags=dict(data.get("tags") or {}),
             properties=dict(data.get("properties") or {}),
             instance_count=_count(data.get("instance_count")),
+            started_at=_epoch(data.get("started_at")),
+            ended_at=_epoch(data.get("ended_at")),
         )
 
     @classmethod
@@ -116,12 +125,34 @@ class JobSnapshot:
             properties={str(k): str(v) for k, v in run_props.items() if v is not None},
             instance_count=_count((props.get("compute") or {}).get("instanceCount"))
             or _count((props.get("resources") or {}).get("instanceCount")),
+            started_at=_utc(details.get("startTimeUtc")),
+            ended_at=_utc(details.get("endTimeUtc")),
         )
 
 
 def _count(value: Any) -> int | None:
     """A positive node count as the service sent it, else None (unknown is never a guess)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _epoch(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _utc(value: Any) -> float | None:
+    """Run history's ISO 8601 UTC time as epoch seconds; None for anything else (Azure's recordings hold
+    the string "null" where a time is unset)."""
+    if not isinstance(value, str) or not value or value == "null":
+        return None
+    from datetime import datetime, timezone
+
+    # Python 3.10 reads neither "Z" nor the 7 fraction digits .NET writes
+    text = re.sub(r"(\.\d{6})\d+", r"\1", value.strip()).replace("Z", "+00:00")
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
 
 
 @dataclass(frozen=True)
@@ -149,39 +180,52 @@ class ComputeFacts:
 
 @dataclass(frozen=True)
 class GaugeEvidence:
-    """The cluster's ``preemptedNodeCount`` gauge as sampled *while this job was Running*.
+    """The cluster's ``preemptedNodeCount`` gauge as read *while this job ran*.
 
     The gauge counts nodes in preempted state right now (2024-10-01 swagger); it falls again as
     nodes are replaced, and on a shared cluster it also counts other jobs' nodes. Azure cancels a job
-    for lack of capacity only when the whole cluster (or its single node) is preempted, so the evidence
-    kept is the rise above the first sample at samples where every node of the cluster
-    (``currentNodeCount``, which still counts preempted nodes) was preempted. Produced by the waits
-    (sync and triggerer, shared compute reads), consumed by ``classify``. ``None`` means "not
-    sampled", never zero.
+    for lack of capacity only when the whole cluster (or its single node) is preempted, so the
+    evidence kept is a read where every node of the cluster (``currentNodeCount``, which still counts
+    preempted nodes) was preempted: the job's own nodes among them. A read counts as taken while the
+    job ran when the wait saw the job Running before and after it, or when it falls between the start
+    and end times run history records (``polling.JobWatch`` decides). Produced by the waits (sync and
+    triggerer, shared compute reads), consumed by ``classify``. ``None`` means "not read", never zero.
     """
 
     compute: str | None = None
     low_priority: bool | None = None
-    samples: int = 0  # compute reads taken while the job was Running
+    samples: int = 0  # compute reads taken while the job ran
     first_while_running: int | None = None
     peak_while_running: int | None = None
     # A read taken after the job was seen ended: logged with the verdict, never evidence (by then the
     # gauge may be up for another job's nodes, on the deferred path minutes later).
     at_end: int | None = None
-    # The largest rise above the first sample seen while every node of the cluster was preempted, and
-    # whether at such a sample the rise covered all of the cluster's nodes (none was preempted before).
-    whole_cluster_rise: int | None = None
-    whole_cluster_rise_covers_cluster: bool = False
+    # The most nodes preempted at a read, taken while the job ran, at which every node of the cluster was.
+    whole_cluster_preempted: int | None = None
+    # Every node of the cluster preempted (this many) at the first read after run history's end time, taken
+    # within one evidence interval of it, with no fewer nodes than before (``polling.JobWatch``).
+    whole_cluster_preempted_just_after_end: int | None = None
 
     def observe(self, compute: str, low_priority: bool, preempted: int, nodes: int | None = None) -> GaugeEvidence:
-        """A new sample taken while the job was Running (``nodes``: the cluster's currentNodeCount, if sent)."""
+        """A read taken while the job ran (``nodes``: the cluster's currentNodeCount, if sent)."""
         first = preempted if self.first_while_running is None else self.first_while_running
         peak = preempted if self.peak_while_running is None else max(self.peak_while_running, preempted)
-        rise, covers = self.whole_cluster_rise, self.whole_cluster_rise_covers_cluster
-        if self.samples >= 1 and nodes is not None and 0 < nodes <= preempted and preempted > first:
-            rise = max(rise or 0, preempted - first)
-            covers = covers or preempted - first >= nodes
-        return GaugeEvidence(compute, low_priority, self.samples + 1, first, peak, self.at_end, rise, covers)
+        whole = self.whole_cluster_preempted
+        if nodes is not None and 0 < nodes <= preempted:
+            whole = max(whole or 0, preempted)
+        return replace(
+            self,
+            compute=compute,
+            low_priority=low_priority,
+            samples=self.samples + 1,
+            first_while_running=first,
+            peak_while_running=peak,
+            whole_cluster_preempted=whole,
+        )
+
+    def just_after_end(self, preempted: int) -> GaugeEvidence:
+        """Every node of the cluster preempted at the first read after the job's end (see the field)."""
+        return replace(self, low_priority=True, whole_cluster_preempted_just_after_end=preempted)
 
     def ended(self, preempted: int | None) -> GaugeEvidence:
         """The read taken when the job was first seen ended (None: the read failed). Logged, not evidence."""
@@ -198,15 +242,12 @@ class GaugeEvidence:
         )
 
     def lost_nodes_of(self, instance_count: int | None) -> bool:
-        """While the job ran, the whole low-priority cluster went preempted, by at least the job's nodes.
-
-        With the job's node count unknown, the rise must cover every node of the cluster.
-        """
-        if not self.low_priority or self.whole_cluster_rise is None:
+        """While the job ran (or at the read just after its end), every node of the low-priority cluster was
+        preempted, at least the job's own."""
+        if not self.low_priority:
             return False
-        if instance_count is None:
-            return self.whole_cluster_rise_covers_cluster
-        return self.whole_cluster_rise >= instance_count
+        seen = [n for n in (self.whole_cluster_preempted, self.whole_cluster_preempted_just_after_end) if n is not None]
+        return any(instance_count is None or n >= instance_count for n in seen)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -216,8 +257,8 @@ class GaugeEvidence:
             "first_while_running": self.first_while_running,
             "peak_while_running": self.peak_while_running,
             "at_end": self.at_end,
-            "whole_cluster_rise": self.whole_cluster_rise,
-            "whole_cluster_rise_covers_cluster": self.whole_cluster_rise_covers_cluster,
+            "whole_cluster_preempted": self.whole_cluster_preempted,
+            "whole_cluster_preempted_just_after_end": self.whole_cluster_preempted_just_after_end,
         }
 
     @classmethod
@@ -230,9 +271,40 @@ class GaugeEvidence:
             first_while_running=data.get("first_while_running"),
             peak_while_running=data.get("peak_while_running"),
             at_end=data.get("at_end"),
-            whole_cluster_rise=data.get("whole_cluster_rise"),
-            whole_cluster_rise_covers_cluster=bool(data.get("whole_cluster_rise_covers_cluster")),
+            whole_cluster_preempted=data.get("whole_cluster_preempted"),
+            whole_cluster_preempted_just_after_end=data.get("whole_cluster_preempted_just_after_end"),
         )
+
+
+@dataclass(frozen=True)
+class ActivityEvidence:
+    """What the Azure Activity Log said about a job's cancel: who sent one through Azure Resource Manager.
+
+    ARM logs every action sent through it with its caller, so a cancel found here is a person's (or a
+    program's) for sure; a cancel through Studio's path is not logged, and events show minutes late, so
+    finding none is not evidence of anything. ``read`` False: the log could not be read (``note``).
+    """
+
+    read: bool
+    cancels: tuple[tuple[str, float], ...] = ()  # (caller, when: epoch seconds) of each cancel request
+    own_identity: tuple[str, ...] = ()  # the callers among them that are this connection's own identity
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "read": self.read,
+            "cancels": [list(c) for c in self.cancels],
+            "own_identity": list(self.own_identity),
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> ActivityEvidence | None:
+        if not data:
+            return None
+        cancels = tuple((str(c[0]), float(c[1])) for c in data.get("cancels") or () if len(c) == 2)
+        own = tuple(str(c) for c in data.get("own_identity") or ())
+        return cls(bool(data.get("read")), cancels, own, str(data.get("note") or ""))
 
 
 @dataclass(frozen=True)
@@ -242,32 +314,44 @@ class Classification:
     outcome: Outcome
     reason: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    # What decided (the log says it): "status" (Completed, or Failed with another error), "azure_error"
+    # (Azure's PreemptionError text), "airflow_record" (on_kill's cancel record), "activity_log" (a cancel
+    # request the Azure Activity Log records, with its caller), "gauge" (every node of the cluster preempted at
+    # a read while the job ran), "gauge_after_end" (at the first read just after its end: a person's cancel
+    # followed at once by a preemption looks the same, so the Activity Log is read again after a wait),
+    # "none" (a cancel no witness explains: ambiguous).
+    witness: str = "status"
+
+    @property
+    def ambiguous(self) -> bool:
+        """A cancel that no witness tells from a person's or from lost capacity (``on_ambiguous_cancel``)."""
+        return self.witness == "none"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome.value, "reason": self.reason, "evidence": dict(self.evidence)}
+        return {
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "evidence": dict(self.evidence),
+            "witness": self.witness,
+        }
 
 
 def _gauge_says(gauge: GaugeEvidence | None, instance_count: int | None) -> str:
     if gauge is None or gauge.samples == 0:
-        return "the cluster's preemptedNodeCount was not sampled while the job ran"
-    if gauge.samples < 2:
-        return (
-            "the cluster's preemptedNodeCount was sampled only once while the job ran "
-            "(a read after its end is not evidence)"
-        )
+        return "no read of the cluster's preemptedNodeCount was taken while the job ran"
     if not gauge.low_priority:
         return f"compute {gauge.compute} is not low priority"
     seen = (
-        f"({gauge.first_while_running} -> peak {gauge.peak_while_running}, {gauge.samples} samples, "
-        f"{gauge.at_end if gauge.at_end is not None else 'not read'} after its end, not evidence)"
+        f"({gauge.samples} read(s) while the job ran, {gauge.first_while_running} -> peak "
+        f"{gauge.peak_while_running}; {gauge.at_end if gauge.at_end is not None else 'not read'} after its end, "
+        "not evidence)"
     )
-    if not gauge.rose_while_running:
-        return f"the cluster's preemptedNodeCount did not rise while the job ran {seen}"
-    nodes = f"the job's {instance_count} node(s)" if instance_count else "every node of the cluster (job size unknown)"
-    return (
-        f"the cluster's preemptedNodeCount rose while the job ran {seen}, but not with the whole cluster "
-        f"preempted by {nodes}: another job's nodes may have gone"
-    )
+    if gauge.whole_cluster_preempted is not None:
+        return (
+            f"every node of the cluster was preempted at a read while the job ran, but only "
+            f"{gauge.whole_cluster_preempted}, fewer than the job's {instance_count} {seen}"
+        )
+    return f"no read of the cluster's preemptedNodeCount while the job ran found every node preempted {seen}"
 
 
 def classify(
@@ -276,6 +360,7 @@ def classify(
     gauge: GaugeEvidence | None = None,
     canceled_by_airflow: bool = False,
     compute: ComputeFacts | None = None,
+    activity: ActivityEvidence | None = None,
 ) -> Classification:
     """Decide what a job's state means, from what Azure said and the gauge sampled while it ran.
 
@@ -293,30 +378,72 @@ def classify(
     if status == "Failed":
         if _PREEMPTION_ERROR.match(message.strip()):
             evidence["preemption_error"] = message
-            return Classification(Outcome.PREEMPTED, f"failed with Azure's preemption error: {message}", evidence)
+            return Classification(
+                Outcome.PREEMPTED, f"failed with Azure's preemption error: {message}", evidence, "azure_error"
+            )
         return Classification(Outcome.FAILED, message or "job failed without an error message", evidence)
     # Canceled. Azure sends no message for a capacity cancel (nor anything that tells it from a person's).
     if canceled_by_airflow:
         evidence["canceled_by_airflow"] = True
-        return Classification(Outcome.AIRFLOW_CANCELED, "canceled by Airflow (task killed or cleared)", evidence)
+        return Classification(
+            Outcome.AIRFLOW_CANCELED, "canceled by Airflow (task killed or cleared)", evidence, "airflow_record"
+        )
+    if activity is not None:
+        evidence["activity_log"] = activity.to_dict()
+    if activity is not None and activity.cancels:
+        callers = sorted({caller or "an unnamed caller" for caller, _ in activity.cancels})
+        own = (
+            " (this connection's own identity: Airflow's cancel whose record was lost, or someone using the "
+            "same credential)"
+        )
+        return Classification(
+            Outcome.USER_CANCELED,
+            f"canceled by {', '.join(callers)}: the Azure Activity Log records the cancel request"
+            + (own if activity.own_identity else ""),
+            evidence,
+            "activity_log",
+        )
     lost = gauge is not None and gauge.lost_nodes_of(job.instance_count)
     evidence["instance_count"] = job.instance_count
     evidence["gauge_rose_while_running"] = gauge is not None and gauge.rose_while_running
     evidence["whole_cluster_preempted_while_running"] = lost
     if lost:
         assert gauge is not None
+        size = job.instance_count or "unknown"
+        while_running = gauge.whole_cluster_preempted is not None and (
+            job.instance_count is None or gauge.whole_cluster_preempted >= job.instance_count
+        )
+        if while_running:
+            when = (
+                f"preemptedNodeCount {gauge.whole_cluster_preempted} = every node of the cluster, at one of "
+                f"{gauge.samples} read(s) taken while it ran"
+            )
+        else:
+            when = (
+                f"preemptedNodeCount {gauge.whole_cluster_preempted_just_after_end} = every node of the cluster "
+                "at the first read after its end, within one evidence interval of it"
+            )
         return Classification(
             Outcome.PREEMPTED,
-            f"canceled as low-priority cluster {gauge.compute} was wholly preempted while the job ran "
-            f"(preemptedNodeCount {gauge.first_while_running} -> {gauge.peak_while_running}, a rise of "
-            f"{gauge.whole_cluster_rise} node(s), job size {job.instance_count or 'unknown'})",
+            f"canceled as low-priority cluster {gauge.compute} was wholly preempted ({when}; job size {size})",
             evidence,
+            "gauge" if while_running else "gauge_after_end",
+        )
+    log_says = ""
+    if activity is not None:
+        log_says = (
+            "; the Activity Log shows no cancel request (yet: events show minutes late, and a cancel from Studio "
+            "is not logged)"
+            if activity.read
+            else f"; the Activity Log could not be read ({activity.note})"
         )
     return Classification(
         Outcome.USER_CANCELED,
         "canceled, and not by Airflow: no lost-capacity message (Azure sends none), and "
-        f"{_gauge_says(gauge, job.instance_count)}; taken as a person's cancel",
+        f"{_gauge_says(gauge, job.instance_count)}{log_says}; no witness tells it from lost capacity, "
+        "taken as a person's cancel",
         evidence,
+        "none",
     )
 
 

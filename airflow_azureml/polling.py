@@ -20,6 +20,14 @@ from airflow_azureml.outcomes import GaugeEvidence, JobSnapshot
 
 # The job state in which the compute's preemptedNodeCount gauge says something about this job.
 GAUGE_STATE = "Running"
+# Allowed disagreement between this machine's clock and the service's (run history's start and end
+# times): a read this close to either is not taken as one made while the job ran.
+CLOCK_MARGIN = 1.0
+# A read this soon after a poll that saw the job Running was taken while it ran (the read follows the poll).
+POLL_READ_SLACK = 1.0
+# Reads kept until the job's run times say whether they were taken while it ran (one poll interval's
+# worth at the evidence cadence, many times over).
+MAX_PENDING_READS = 2000
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,10 @@ class PollingPolicy:
     - ``jitter``: fraction of random spread, so thousands of waits do not poll in lockstep.
     - ``max_queue_time``: seconds a job may wait in a queued state (no capacity) before we stop.
     - ``max_transient_errors``: consecutive network/5xx errors tolerated; they never count as polls.
+    - ``evidence_interval``: seconds between reads of the job's cluster while the job has not ended,
+      whatever the status back-off: a preempted node is counted only until it is replaced, so reads
+      minutes apart miss preemptions (``benchmarks/verdicts.py``). Reads are shared by every wait on
+      the cluster in a process, so this is one compute GET per cluster, not per job.
     """
 
     interval: float = 30.0
@@ -40,6 +52,7 @@ class PollingPolicy:
     jitter: float = 0.1
     max_queue_time: float | None = None
     max_transient_errors: int = 30
+    evidence_interval: float = 10.0
 
     def __post_init__(self) -> None:
         if self.interval <= 0 or self.max_interval < self.interval:
@@ -48,6 +61,8 @@ class PollingPolicy:
             raise AzureMLConfigError("backoff must be >= 1 and jitter in [0, 1)")
         if self.max_queue_time is not None and self.max_queue_time <= 0:
             raise AzureMLConfigError("max_queue_time must be > 0 seconds")
+        if not self.evidence_interval > 0 or math.isinf(self.evidence_interval):
+            raise AzureMLConfigError("evidence_interval must be a finite number of seconds > 0")
 
     def delay(self, unchanged_polls: int, rng: random.Random | None = None) -> float:
         # The exponent is bounded: a job queued for days has thousands of unchanged polls, and
@@ -90,6 +105,13 @@ class JobWatch:
     last_compute: str | None = None
     gauge: GaugeEvidence = field(default_factory=GaugeEvidence)
     _gauge_taken: float | None = None  # when the last reading this wait used was taken
+    _last_poll: float | None = None
+    # Reads not yet known to be taken while the job ran: the next poll, or the job's run times, decide.
+    _pending: list[GaugeReading] = field(default_factory=list)
+    _low_priority: bool | None = None  # as the last reading said (None: not read yet)
+    _offered_at: float | None = None  # when a compute read was last offered (the evidence cadence)
+    _ended_at: float | None = None  # run history's end time, until the first read after it was looked at
+    _nodes_before_end: int | None = None  # the cluster's nodes at the last read before the job's end
     terminal: bool = False  # the last poll saw the job ended
     # node counts of the job's compute, sampled while the job is not terminal (nodes are billed while
     # queued and preparing too), from the same shared reads as the gauge: the cost estimate (cost.py)
@@ -102,6 +124,8 @@ class JobWatch:
         self.last_compute = snapshot.compute
         self.terminal = snapshot.terminal
         self.usage.status(_wall(now), snapshot.name, snapshot.status, snapshot.compute)
+        self._settle(snapshot, now)
+        self._last_poll = now
         if snapshot.status == GAUGE_STATE:
             self.running_since = self.running_since if self.running_since is not None else now
         else:
@@ -132,18 +156,104 @@ class JobWatch:
         """The job was Running at the last poll: a gauge reading now says something about it."""
         return self.running_since is not None
 
-    def offer_gauge(self, reading: GaugeReading | None) -> None:
-        """Use a (possibly shared) compute reading, if it was taken while this job was Running.
+    def evidence_delay(self, now: float | None = None) -> float | None:
+        """Seconds until the job's cluster should be read again for evidence (``policy.evidence_interval``),
+        or None: the job ended, its compute is unknown, or the cluster is not low priority."""
+        if self.terminal or self.last_compute is None or self._low_priority is False:
+            return None
+        if self._offered_at is None:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        return max(0.0, self._offered_at + self.policy.evidence_interval - now)
 
-        A reading taken before this wait saw the job Running may predate the job's start, and the same
-        reading is never counted twice: both would make a rise that this job never saw.
+    def offer_gauge(self, reading: GaugeReading | None, now: float | None = None) -> None:
+        """Keep a (possibly shared) compute reading until it is known whether the job ran when it was taken.
+
+        Seen Running at a poll before the read and at the next one (or at a poll just before it, within
+        ``POLL_READ_SLACK``: the read that follows a poll), the read counts. A job seen ended
+        decides by the start and end times run history recorded. Anything else never counts, nor does a
+        read older than one already offered (the same read twice, or a shared one from before).
         """
-        if reading is None or reading.preempted is None or self.running_since is None:
+        self._offered_at = time.monotonic() if now is None else now  # a failed read also waits out the cadence
+        if reading is not None and self.terminal and self._ended_at is not None:
+            self._after_end(reading)  # the read at the end: the first after it, if none came before
+        if reading is None or self.terminal or self._last_poll is None:
             return
-        if reading.taken < self.running_since or reading.taken == self._gauge_taken:
+        if self._gauge_taken is not None and reading.taken <= self._gauge_taken:
             return
         self._gauge_taken = reading.taken
-        self.gauge = self.gauge.observe(reading.compute, reading.low_priority, reading.preempted, reading.nodes)
+        self._low_priority = reading.low_priority
+        if reading.preempted is None or not reading.low_priority:
+            return
+        since = self.running_since
+        if since is not None and since <= reading.taken <= self._last_poll + POLL_READ_SLACK:
+            # between two polls of this Running streak, or just after a poll that saw it Running: it ran then
+            self.gauge = self.gauge.observe(reading.compute, True, reading.preempted, reading.nodes)
+            return
+        self._pending.append(reading)
+        if len(self._pending) > MAX_PENDING_READS:  # drop the oldest read that could not be evidence
+            drop = next((i for i, r in enumerate(self._pending) if not r.whole_cluster_preempted), 0)
+            del self._pending[drop]
+
+    def _settle(self, snapshot: JobSnapshot, now: float) -> None:
+        """A poll: which pending reads were taken while the job ran (into ``gauge``), which stay pending."""
+        if not self._pending:
+            if snapshot.terminal:
+                self._just_after_end(snapshot.ended_at)  # the read at the end may be the first after it
+            return
+        was_running = self.running_since is not None  # the poll before this one saw Running
+        if snapshot.status == GAUGE_STATE and was_running:
+            last = self._last_poll if self._last_poll is not None else now
+            ran = [r for r in self._pending if last <= r.taken <= now]
+            self._pending = [r for r in self._pending if not last <= r.taken <= now]
+        elif snapshot.terminal:
+            start, end = snapshot.started_at, snapshot.ended_at
+            ran = []
+            for r in self._pending:
+                if end is None or r.at is None or r.at > end - CLOCK_MARGIN:
+                    continue
+                after_running_poll = was_running and self._last_poll is not None and r.taken >= self._last_poll
+                if after_running_poll or (start is not None and r.at >= start + CLOCK_MARGIN):
+                    ran.append(r)
+            self._just_after_end(end)
+            self._pending = []
+        else:
+            return  # started, or stopped running, since the last poll: the run times will decide
+        for r in sorted(ran, key=lambda r: r.taken):
+            self.gauge = self.gauge.observe(r.compute, r.low_priority, r.preempted or 0, r.nodes)
+
+    def _just_after_end(self, end: float | None) -> None:
+        """Keep what the first read after run history's end time needs (it may be the read at the end).
+
+        Azure may cancel a job within seconds of its nodes' loss, before any read; the nodes then stay
+        counted as preempted until they are replaced. So every node of the cluster preempted at the
+        first read after the end counts too, if that read came within one evidence interval of the end
+        and the cluster had no fewer nodes than at the read before (else the job's own nodes may have
+        been released, and the preempted ones be another job's).
+        """
+        self._ended_at = end
+        if end is None:
+            return
+        before = [r for r in self._pending if r.at is not None and r.at <= end - CLOCK_MARGIN]
+        if before:
+            self._nodes_before_end = max(before, key=lambda r: r.taken).nodes
+        after = [r for r in self._pending if r.at is not None and r.at > end]
+        if after:
+            self._after_end(min(after, key=lambda r: r.taken))
+
+    def _after_end(self, first: GaugeReading) -> None:
+        """The first read after the job's end (``_just_after_end``); later ones are not looked at."""
+        end = self._ended_at
+        if end is None or first.at is None or first.at <= end:
+            return  # a read from before the end (or too close to it to tell): the first after it is still to come
+        self._ended_at = None
+        if first.at > end + self.policy.evidence_interval + 2 * CLOCK_MARGIN:
+            return
+        if not first.low_priority or not first.whole_cluster_preempted:
+            return
+        if self._nodes_before_end is not None and (first.nodes or 0) < self._nodes_before_end:
+            return
+        self.gauge = self.gauge.just_after_end(first.preempted or 0)
 
     def wants_usage(self) -> bool:
         """The job's compute is known: a reading now (or once more at its end) counts its nodes."""
@@ -193,6 +303,11 @@ class GaugeReading:
     at: float | None = field(default=None, compare=False)
     vm_size: str | None = field(default=None, compare=False)
     location: str | None = field(default=None, compare=False)
+
+    @property
+    def whole_cluster_preempted(self) -> bool:
+        """Every node of the cluster was preempted at this read."""
+        return self.nodes is not None and self.preempted is not None and 0 < self.nodes <= self.preempted
 
     @classmethod
     def from_rest(cls, compute: str, arm_compute: dict[str, Any] | None, taken: float) -> GaugeReading | None:

@@ -33,7 +33,7 @@ from airflow_azureml.hooks.connection import (  # noqa: F401
     quiet_sdk_logging,
 )
 from airflow_azureml.naming import DEFAULT_CONN_ID
-from airflow_azureml.outcomes import ComputeFacts, GaugeEvidence, JobSnapshot
+from airflow_azureml.outcomes import ActivityEvidence, ComputeFacts, GaugeEvidence, JobSnapshot
 from airflow_azureml.polling import (
     COMPUTE_READS,
     GAUGE_STATE,
@@ -196,6 +196,34 @@ class AzureMLHook(BaseHook):
         except ResourceNotFound:
             return None
 
+    def job_cancel_requests(self, snapshot: JobSnapshot, now: float | None = None) -> ActivityEvidence:
+        """The Azure Activity Log's record of cancel requests for this job (``outcomes.ActivityEvidence``).
+
+        One read (paged) of the resource group's events from a day before the job's start to now. A
+        principal without read access there (Reader on the resource group) or any failure leaves the
+        witness out, with a note: it never fails the task.
+        """
+        from airflow_azureml.hooks.rest import TransientRestError
+
+        now = time.time() if now is None else now
+        since = min(now, snapshot.started_at or snapshot.ended_at or now) - 86400
+        try:
+            client = self.rest()
+            cancels = self._with_transient_retries(lambda: client.job_cancels(snapshot.name, since, now + 300))
+        except (AzureMLError, TransientRestError) as exc:
+            note = str(exc)
+            if " 403" in note or "AuthorizationFailed" in note:
+                note = (
+                    "no read access: the identity needs Reader on the resource group "
+                    "(Microsoft.Insights/eventtypes/values/read)"
+                )
+            self.log.info("The Activity Log could not be read for job %s: %s", snapshot.name, note)
+            return ActivityEvidence(read=False, note=note[:300])
+        own = client.own_identity()
+        return ActivityEvidence(
+            read=True, cancels=tuple(cancels), own_identity=tuple(sorted({c for c, _ in cancels if c in own}))
+        )
+
     def compute_facts(self, name: str | None) -> ComputeFacts | None:
         if not name:
             return None
@@ -267,7 +295,8 @@ class AzureMLHook(BaseHook):
         """Poll until the job is terminal (sync path; the trigger runs the same ``JobWatch`` on asyncio).
 
         While the job is not terminal, its compute is read through reads shared by every wait in this
-        process (at most one per compute per ``policy.interval``), and once more when it is seen ended.
+        process: after each poll and, between polls, every ``policy.evidence_interval`` (a preempted node
+        is counted only until it is replaced), and once more when the job is seen ended.
         Returns ``(snapshot, GaugeEvidence)``: the ``preemptedNodeCount`` samples taken while the job was
         Running, for ``outcomes.classify``; with ``with_usage``, ``(snapshot, evidence, usage)``, where
         ``usage`` is the node counts' change points for ``cost.estimate`` (a JSON-ready dict).
@@ -291,7 +320,9 @@ class AzureMLHook(BaseHook):
             delay = watch.observe(snapshot)
             if delay is None:
                 if watch.wants_usage() and snapshot.compute:  # once more at the end: the nodes' last state
-                    watch.offer_usage(self._gauge_reading(snapshot.compute, policy.interval))
+                    reading = self._gauge_reading(snapshot.compute, 0.0)  # fresh: a shared one may predate the end
+                    watch.offer_gauge(reading)  # the first read after the end, if none came before (JobWatch)
+                    watch.offer_usage(reading)
                 return (snapshot, watch.gauge, watch.usage_dict()) if with_usage else (snapshot, watch.gauge)
             if watch.queue_time_exceeded():
                 raise AzureMLJobQueueTimeoutError(
@@ -300,11 +331,17 @@ class AzureMLHook(BaseHook):
                     job_name=name,
                     status=snapshot.status,
                 )
-            if snapshot.compute:  # queued and preparing too: nodes are billed from their start-up
-                reading = self._gauge_reading(snapshot.compute, policy.interval)
-                watch.offer_gauge(reading)  # evidence only from readings taken while the job was Running
+            next_poll = time.monotonic() + delay
+            max_age = min(policy.interval, policy.evidence_interval)
+            while snapshot.compute:  # queued and preparing too: nodes are billed from their start-up
+                reading = self._gauge_reading(snapshot.compute, max_age)
+                watch.offer_gauge(reading)  # evidence only from readings taken while the job ran
                 watch.offer_usage(reading)
-            time.sleep(delay)
+                evidence = watch.evidence_delay()  # between polls, the cluster is read at the evidence cadence
+                if evidence is None or time.monotonic() + evidence >= next_poll:
+                    break
+                time.sleep(evidence)
+            time.sleep(max(0.0, next_poll - time.monotonic()))
 
     def usage_sample(self, snapshot: JobSnapshot, max_age: float) -> dict[str, Any]:
         """One reading of the job's compute as usage (``cost``): the look a deferring task takes before

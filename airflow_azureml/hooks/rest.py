@@ -34,6 +34,10 @@ USER_AGENT = "airflow-azureml/0.1"
 ASYNC_USER_AGENT = "airflow-azureml/0.1 (asyncio)"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TOKEN_SLACK = 300  # refresh tokens five minutes before they expire
+# The Activity Log's REST API (Activity Logs - List) and the operation a job cancel through ARM is logged as.
+ACTIVITY_LOG_API_VERSION = "2015-04-01"
+JOB_CANCEL_OPERATION = "microsoft.machinelearningservices/workspaces/jobs/cancel/action"
+ACTIVITY_LOG_MAX_PAGES = 20
 
 
 class TransientRestError(AzureMLError):
@@ -166,6 +170,38 @@ class _Paths:
     def run_details(self, history_base: str, name: str) -> str:
         return f"{history_base.rstrip('/')}/history/v1.0{self.ws}/runs/{name}/details"
 
+    def activity_log(self) -> str:
+        sub = self.settings.subscription_id
+        insights = "providers/Microsoft.Insights/eventtypes/management/values"
+        return f"{self.settings.resource_manager_url}/subscriptions/{sub}/{insights}"
+
+
+def _utc_text(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def job_cancels(events: list[Any], job_id: str) -> list[tuple[str, float]]:
+    """The cancel requests of one job among Activity Log events: (caller, when), one per request.
+
+    Matched case-insensitively on the operation and the resource id (ARM's casing of both varies);
+    a request's events (Started, Accepted, ...) share its correlation id.
+    """
+    from airflow_azureml.outcomes import _utc
+
+    seen: dict[str, tuple[str, float]] = {}
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        operation = event.get("operationName")
+        name = operation.get("value") if isinstance(operation, dict) else operation
+        if str(name or "").lower() != JOB_CANCEL_OPERATION or str(event.get("resourceId") or "").lower() != job_id:
+            continue
+        when = _utc(event.get("eventTimestamp"))
+        key = str(event.get("correlationId") or event.get("eventDataId") or len(seen))
+        if when is not None and (key not in seen or when < seen[key][1]):
+            seen[key] = (str(event.get("caller") or ""), when)
+    return sorted(seen.values(), key=lambda c: c[1])
+
 
 class _ClientBase:
     """What the sync and async clients share: URLs, the cached token, the run-history base URL.
@@ -191,6 +227,22 @@ class _ClientBase:
         self._rebuild = True
         self._token = None
         return TokenUnavailable(f"could not get a token: {type(exc).__name__}: {scrub(str(exc))[:300]}")
+
+    def own_identity(self) -> set[str]:
+        """The object and application ids in this client's current token (who its requests are logged as)."""
+        if self._token is None:
+            return set()
+        try:
+            payload = str(self._token.token).split(".")[1]
+            claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        except (IndexError, ValueError, binascii.Error):
+            return set()
+        return {str(claims[k]) for k in ("oid", "appid", "azp") if isinstance(claims, dict) and claims.get(k)}
+
+    def _activity_query(self, since: float, until: float) -> dict[str, str]:
+        group = self.paths.settings.resource_group
+        text = f"eventTimestamp ge '{_utc_text(since)}' and eventTimestamp le '{_utc_text(until)}'"
+        return {"api-version": ACTIVITY_LOG_API_VERSION, "$filter": f"{text} and resourceGroupName eq '{group}'"}
 
     @staticmethod
     def _renewal(response: Any) -> str | None:
@@ -295,6 +347,21 @@ class RestClient(_ClientBase):
 
     def cancel_job(self, name: str) -> None:
         self.request("POST", self.paths.job(name) + "/cancel", what=f"cancel job {name}")
+
+    def job_cancels(self, name: str, since: float, until: float) -> list[tuple[str, float]]:
+        """The cancel requests of job ``name`` that the Activity Log shows between ``since`` and ``until``."""
+        url: str | None = self.paths.activity_log()
+        query: dict[str, str] | None = self._activity_query(since, until)
+        events: list[Any] = []
+        for _ in range(ACTIVITY_LOG_MAX_PAGES):
+            if not url:
+                break
+            page = self.request("GET", url, params=query, what="read the Activity Log")
+            if not isinstance(page, dict):
+                raise MalformedResponse("read the Activity Log: the answer is not an object")
+            events.extend(page.get("value") or [])
+            url, query = page.get("nextLink"), None
+        return job_cancels(events, self.paths.job(name)[len(self.paths.settings.resource_manager_url) :].lower())
 
     def list_jobs(self, params: dict[str, str]) -> Iterator[dict[str, Any]]:
         url: str | None = self.paths.url("/jobs")

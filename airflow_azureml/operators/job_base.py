@@ -74,9 +74,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         max_queue_time: float | str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         prices: dict[str, dict[str, float]] | None = None,
+        on_ambiguous_cancel: str = "fail",
+        evidence_wait: float = 900.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # a cancel that no witness tells from lost capacity: "fail" (a person's, final) or "resubmit"
+        self.on_ambiguous_cancel = on_ambiguous_cancel
+        self.evidence_wait = evidence_wait  # with "resubmit": seconds to wait for the Activity Log first
         self.prices = prices  # hourly USD by VM size and tier, set by hand (docs/cost.md); else the prices API
         self._manual_prices: dict[str, dict[str, float]] = {}
         self.max_queue_time = max_queue_time
@@ -131,6 +136,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             seconds = check_seconds("max_queue_time", self.max_queue_time)  # may arrive rendered; never nan/inf
             self.polling = replace(self.polling, max_queue_time=seconds)
         check_count("max_resubmits", self.max_resubmits, "resubmissions of preempted jobs per run of the task")
+        if self.on_ambiguous_cancel not in ("fail", "resubmit"):
+            raise AzureMLConfigError(
+                f"on_ambiguous_cancel must be 'fail' or 'resubmit', got {self.on_ambiguous_cancel!r}: what a cancel "
+                "that no witness tells from lost capacity means (docs/operators.md)."
+            )
+        wait = self.evidence_wait
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
+            raise AzureMLConfigError(f"evidence_wait must be a finite number of seconds >= 0, got {wait!r}.")
         from airflow_azureml.hooks.prices import check_manual_prices
 
         self._manual_prices = check_manual_prices(self.prices, f"Task {self.task_id!r}: prices")
@@ -173,6 +186,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             resubmit_backoff=float(self.resubmit_backoff),
             fallback=self.fallback_target(),
             deferrable=bool(self.deferrable),
+            on_ambiguous_cancel="resubmit" if self.on_ambiguous_cancel == "resubmit" else "fail",
+            evidence_wait=float(self.evidence_wait),
         )
 
     @property
@@ -316,7 +331,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     ) -> dict[str, Any] | None:
         """A terminal job becomes a result, an exception, or the next job of the chain (returns None)."""
         judged_before = snapshot.name in state.counted
-        decision, verdict = lifecycle.verdict(state, snapshot, gauge)
+        activity = None
+        if snapshot.status == "Canceled" and not judged_before and snapshot.name not in state.airflow_canceled:
+            activity = self.hook.job_cancel_requests(snapshot)  # who sent a cancel through ARM, if anyone
+        decision, verdict = lifecycle.verdict(state, snapshot, gauge, activity)
         self._apply(context, state, decision)
         if not judged_before:
             self._report(context, snapshot, verdict)
@@ -434,7 +452,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             elif isinstance(action, lifecycle.CheckDuplicate):  # a continuation too
                 assert snapshot is not None
                 kept = self._chain.kept_instead(state, snapshot)
-                then = lifecycle.after_cancel(state, action.job, watched=action.watched, kept_instead=kept)
+                then = lifecycle.after_cancel(
+                    state,
+                    action.job,
+                    watched=action.watched,
+                    kept_instead=kept,
+                    limits=self._limits(),
+                    resubmit=action.resubmit,
+                )
                 return self._apply(context, state, then, snapshot, verdict)
             elif isinstance(action, lifecycle.BackOff):
                 self._back_off(action)

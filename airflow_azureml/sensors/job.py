@@ -100,7 +100,8 @@ class AzureMLJobSensor(BaseSensorOperator):
     def _finish(self, context: Any, snapshot: JobSnapshot, gauge: GaugeEvidence | None = None) -> dict[str, Any]:
         """Poke mode has no gauge samples (each poke is one read): classify then decides on Azure's messages."""
         AzureMLStudioJobLink.persist(context, self.hook.studio_job_url(snapshot.name))
-        verdict = classify(snapshot, gauge=gauge)
+        activity = self.hook.job_cancel_requests(snapshot) if snapshot.status == "Canceled" else None
+        verdict = classify(snapshot, gauge=gauge, activity=activity)  # the message names who cancelled, if logged
         if verdict.outcome is not Outcome.SUCCEEDED:
             raise exception_for(snapshot, verdict)
         return {"job_name": snapshot.name, "status": snapshot.status, "output_uri": snapshot.output_uri}

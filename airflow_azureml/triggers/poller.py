@@ -45,6 +45,8 @@ DIRECT_GET_LIMIT = 3
 JOIN_DEBOUNCE = 0.05
 # The LIST: the provider's own jobs (every submitted job carries this user property), not archived.
 LIST_QUERY = {"listViewType": "ActiveOnly", "properties": UNIT_TAG}
+# An evidence read this close to due is taken now (timers wake a little early).
+EVIDENCE_SLACK = 0.05
 # The page size the cap assumes (ARM's job LIST pages hold 100 jobs here and in the emulator).
 LIST_PAGE_SIZE = 100
 
@@ -136,6 +138,7 @@ class WorkspacePoller:
 
     async def _run(self) -> None:
         quiet_ticks = 0  # list mode: consecutive ticks in which no waited job changed
+        list_due = 0.0  # list mode: when the next LIST is due (one LIST serves every wait)
         try:
             await self._sleep(JOIN_DEBOUNCE)  # let a burst of new waits share the first poll
             while True:
@@ -146,7 +149,10 @@ class WorkspacePoller:
                     break
                 list_mode = len(waits) > DIRECT_GET_LIMIT
                 now = time.monotonic()
-                due = waits if list_mode else [w for w in waits if w.due <= now]
+                if list_mode:
+                    due = waits if now >= list_due or any(w.watch.polls == 0 for w in waits) else []
+                else:
+                    due = [w for w in waits if w.due <= now]
                 retry_delay = 0.0
                 if due:
                     try:
@@ -157,7 +163,9 @@ class WorkspacePoller:
                             self._resolve(wait, _error(wait.job_name, scrub(str(exc)), status="config_error"))
                         continue
                     except Exception as exc:  # the tick as a whole failed (token, LIST, client): transient
-                        await self._sleep(self._tick_failed(due, exc))
+                        delay = self._tick_failed(due, exc)
+                        list_due = time.monotonic() + delay
+                        await self._sleep(delay)
                         continue
                     self.stats.ticks += 1
                     self.stats.waits_served += len(due)
@@ -167,12 +175,22 @@ class WorkspacePoller:
                         await self._sample_gauges(due)
                     finally:
                         self._resolve_ended(due)
-                if list_mode and self._live():
-                    # One LIST serves every wait, so back off as a whole: slower while nothing changes.
-                    policy = min((w.watch.policy for w in waits), key=lambda p: p.interval)
-                    await self._sleep(max(policy.delay(quiet_ticks), retry_delay), debounce=True)
+                    if list_mode:
+                        # One LIST serves every wait, so back off as a whole: slower while nothing changes.
+                        policy = min((w.watch.policy for w in waits), key=lambda p: p.interval)
+                        list_due = time.monotonic() + max(policy.delay(quiet_ticks), retry_delay)
+                # Between polls, the clusters of jobs not yet ended are read at the evidence cadence.
+                polled = {id(w) for w in due}
+                evidence = [w for w in self._live() if id(w) not in polled and _evidence_due(w)]
+                if evidence:
+                    await self._sample_gauges(evidence)
+                if not self._live():
+                    continue
+                if list_mode and len(self._live()) > DIRECT_GET_LIMIT:
+                    poll_delay = max(0.0, list_due - time.monotonic())
                 else:
-                    await self._sleep(self._next_delay(), debounce=True)
+                    poll_delay = self._next_delay()
+                await self._sleep(min(poll_delay, self._evidence_delay()), debounce=True)
         finally:
             self._closing = True
             key = (self.conn_id, id(asyncio.get_running_loop()))
@@ -183,6 +201,10 @@ class WorkspacePoller:
             client, self._client = self._client, None
             if client is not None:
                 await client.close()
+
+    def _evidence_delay(self) -> float:
+        delays = [d for w in self._live() if (d := w.watch.evidence_delay()) is not None]
+        return min(delays) if delays else math.inf
 
     def _tick_failed(self, due: list[_Wait], exc: Exception) -> float:
         """A failure that touched every due wait: each spends its own transient budget. Returns the delay."""
@@ -329,8 +351,8 @@ class WorkspacePoller:
 
     async def _sample_gauges(self, due: list[_Wait]) -> None:
         """Read the compute of each job not yet ended (and once more of each job seen ended this tick) at
-        most once per poll interval, shared by every wait on it: the preemption gauge while the job runs,
-        the node counts for the cost estimate while it waits, prepares or runs."""
+        most once per poll interval or evidence interval, shared by every wait on it: the preemption gauge
+        while the job runs, the node counts for the cost estimate while it waits, prepares or runs."""
         by_compute: dict[str, list[_Wait]] = {}
         for wait in due:
             if not wait.future.done() and wait.watch.wants_usage():
@@ -342,7 +364,9 @@ class WorkspacePoller:
         client = await self._get_client()
         for compute, waits in by_compute.items():
             key = client.paths.compute(compute)
-            max_age = min(w.watch.policy.interval for w in waits)
+            max_age = min(min(w.watch.policy.interval, w.watch.policy.evidence_interval) for w in waits)
+            if any(w.ended is not None for w in waits):
+                max_age = 0.0  # a job seen ended: the first read after its end is evidence (JobWatch), not a shared one
             ok, reading = COMPUTE_READS.fresh(key, max_age)
             if not ok:
                 taken = time.monotonic()
@@ -354,8 +378,9 @@ class WorkspacePoller:
                     log.info("Could not read compute %s for its preemption gauge: %s", compute, exc)
                 finally:
                     COMPUTE_READS.store(key, reading, taken)
+            now = time.monotonic()
             for wait in waits:
-                wait.watch.offer_gauge(reading)  # evidence only from readings taken while the job was Running
+                wait.watch.offer_gauge(reading, now)  # evidence only from readings taken while the job ran
                 wait.watch.offer_usage(reading)
 
     def _resolve_ended(self, due: list[_Wait]) -> None:
@@ -380,6 +405,11 @@ class WorkspacePoller:
         if not wait.future.done():
             payload.setdefault("gauge_evidence", wait.watch.gauge.to_dict())
             wait.future.set_result(payload)
+
+
+def _evidence_due(wait: _Wait) -> bool:
+    delay = wait.watch.evidence_delay()
+    return delay is not None and delay <= EVIDENCE_SLACK
 
 
 def _error(job_name: str, message: str, status: str = "error") -> dict[str, Any]:

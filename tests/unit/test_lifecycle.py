@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -105,6 +106,70 @@ def test_after_cancel(state: ResubmissionState, watched: bool, kept: str | None,
     decision = lifecycle.after_cancel(state, "a", watched=watched, kept_instead=kept)
     assert without_logs(decision) == expected
     replayed(state, decision)
+
+
+# ------------------------------------------------------- an ambiguous cancel
+RESUBMIT_AMBIGUOUS = Limits(max_resubmits=1, loop_after=2, resubmit_backoff=30.0, on_ambiguous_cancel="resubmit")
+AMBIGUOUS = Classification(Outcome.USER_CANCELED, "no witness", witness="none")
+WITNESSED = Classification(Outcome.USER_CANCELED, "a person", witness="activity_log")
+
+
+@pytest.mark.parametrize(
+    ("found", "limits", "expected"),
+    [
+        # the default: an ambiguous cancel is a person's (final after the duplicate check)
+        (AMBIGUOUS, NO_FALLBACK, [Record("a", "ended"), CheckDuplicate("a", True)]),
+        # "resubmit": the reason travels with the duplicate check, which comes first
+        (AMBIGUOUS, RESUBMIT_AMBIGUOUS, [Record("a", "ended"), CheckDuplicate("a", True, "no witness")]),
+        # a cancel a witness explains is never resubmitted by the policy
+        (WITNESSED, RESUBMIT_AMBIGUOUS, [Record("a", "ended"), CheckDuplicate("a", True)]),
+    ],
+)
+def test_on_end_of_a_cancel_by_its_witness(found: Classification, limits: Limits, expected: list) -> None:
+    decision = lifecycle.on_end(chain("a"), "a", found, limits, watched=True)
+    assert without_logs(decision) == expected
+    replayed(chain("a"), decision)
+
+
+def test_an_ambiguous_cancel_resubmitted_spends_the_budget_and_teaches_the_history_no_preemption() -> None:
+    waited = chain("a", evidence_waited="a")  # the wait for late evidence was spent (see the next test)
+    first = lifecycle.after_cancel(
+        waited, "a", watched=True, kept_instead=None, limits=RESUBMIT_AMBIGUOUS, resubmit="no witness"
+    )
+    assert changed_at(first) == [("Remember", {"preemptions", "counted"}), ("Resubmit", set())]
+    assert not any(isinstance(a, Record) for a in first.actions)  # closed as "ended" already, never "preempted"
+    assert any("on_ambiguous_cancel" in a.message for a in first.actions if isinstance(a, lifecycle.Log))
+    replayed(waited, first)
+    second = lifecycle.after_cancel(
+        chain("a", "b", preemptions=1, counted=["a"], evidence_waited="b"),
+        "b",
+        watched=True,
+        kept_instead=None,
+        limits=RESUBMIT_AMBIGUOUS,
+        resubmit="no witness",
+    )
+    assert without_logs(second)[-1] == Raise("b", "budget_spent", second.actions[-1].message)
+    # a duplicate's cancel is followed, whatever the policy
+    dup = lifecycle.after_cancel(
+        chain("a"), "a", watched=True, kept_instead="o", limits=RESUBMIT_AMBIGUOUS, resubmit="no witness"
+    )
+    assert without_logs(dup) == [Remember(), lifecycle.Wait()]
+
+
+@pytest.mark.parametrize("limits", [RESUBMIT_AMBIGUOUS, replace(RESUBMIT_AMBIGUOUS, deferrable=True)])
+def test_an_ambiguous_cancel_waits_once_for_late_evidence_before_it_is_resubmitted(limits: Limits) -> None:
+    """A person's cancel shows in the Activity Log minutes late: "resubmit" looks again after the wait."""
+    first = lifecycle.after_cancel(chain("a"), "a", watched=True, kept_instead=None, limits=limits, resubmit="x")
+    assert without_logs(first) == [Remember(), BackOff("a", 900.0, in_triggerer=limits.deferrable), lifecycle.Wait()]
+    assert changed_at(first)[0] == ("Remember", {"evidence_waited"})  # stored before the wait: spent once
+    stored = ResubmissionState.from_store("k", first.state.to_store(), None)
+    assert stored.evidence_waited == "a"
+    again = lifecycle.after_cancel(stored, "a", watched=False, kept_instead=None, limits=limits, resubmit="x")
+    assert isinstance(again.actions[-1], Resubmit)
+    no_wait = lifecycle.after_cancel(
+        chain("a"), "a", watched=True, kept_instead=None, limits=replace(limits, evidence_wait=0.0), resubmit="x"
+    )
+    assert isinstance(no_wait.actions[-1], Resubmit)
 
 
 def test_a_persons_cancel_is_stored_after_the_cluster_record() -> None:

@@ -87,13 +87,14 @@ def test_not_terminal_states() -> None:
 
 def test_verdict_says_which_evidence_was_missing() -> None:
     verdict = classify(snap("Canceled"))
-    assert "no lost-capacity message" in verdict.reason and "not sampled" in verdict.reason
+    assert "no lost-capacity message" in verdict.reason and "no read" in verdict.reason
+    assert verdict.ambiguous and verdict.to_dict()["witness"] == "none"
     flat = classify(snap("Canceled"), gauge=FLAT_AT_ONE)
-    assert "did not rise" in flat.reason
+    assert "found every node preempted" in flat.reason
     assert flat.evidence["gauge"] == FLAT_AT_ONE.to_dict()
     rose = classify(snap("Canceled"), gauge=ROSE_LOW_PRI)
     assert rose.evidence["gauge_rose_while_running"] is True
-    assert rose.to_dict()["outcome"] == "preempted"
+    assert rose.to_dict()["outcome"] == "preempted" and rose.witness == "gauge" and not rose.ambiguous
 
 
 def test_failed_reason_carries_service_message() -> None:
@@ -189,10 +190,13 @@ def test_no_message_makes_a_cancel_a_preemption(job: JobSnapshot) -> None:
         ([(0, 3), (2, 3)], 2, Outcome.USER_CANCELED),  # not the whole cluster
         # another job's node was preempted before ours ran; then the rest went
         ([(1, 3), (3, 3)], 2, Outcome.PREEMPTED),
-        ([(1, 3), (3, 3)], None, Outcome.USER_CANCELED),  # job size unknown: the rise must cover the cluster
+        ([(1, 3), (3, 3)], None, Outcome.PREEMPTED),  # job size unknown: every node went, the job's too
         ([(0, None), (2, None)], 2, Outcome.USER_CANCELED),  # the node count not sent: in doubt
-        ([(2, 2), (2, 2)], 2, Outcome.USER_CANCELED),  # already preempted before the first sample: no rise
-        ([(0, 2), (2, 2)], 3, Outcome.USER_CANCELED),  # the rise does not cover the job's nodes
+        # every node preempted at the first read while it ran (the preemption came before it): its nodes too
+        ([(2, 2)], 2, Outcome.PREEMPTED),
+        ([(2, 2), (2, 2)], 2, Outcome.PREEMPTED),
+        ([(0, 2), (2, 2)], 3, Outcome.USER_CANCELED),  # fewer nodes preempted than the job's own
+        ([(0, 0), (0, 0)], None, Outcome.USER_CANCELED),  # no nodes at all: nothing to have preempted
     ],
 )
 def test_cancel_is_a_preemption_when_the_whole_cluster_went_while_it_ran(
@@ -213,7 +217,7 @@ def test_person_cancel_with_another_jobs_node_counted_stays_a_person_cancel() ->
     # the gauge is 1 because of another job's node, all through our run; our job of 1 node is cancelled
     gauge = GaugeEvidence().observe("low-pri-cluster", True, 1, 2).observe("low-pri-cluster", True, 1, 2)
     verdict = classify(JobSnapshot(name="j", status="Canceled", instance_count=1), gauge=gauge.ended(1))
-    assert verdict.outcome is Outcome.USER_CANCELED and "did not rise" in verdict.reason
+    assert verdict.outcome is Outcome.USER_CANCELED and "found every node preempted" in verdict.reason
 
 
 def test_instance_count_comes_from_the_job_resource() -> None:
@@ -237,4 +241,6 @@ def test_the_waits_pass_the_clusters_node_count() -> None:
     watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=0)
     watch.offer_gauge(GaugeReading.from_rest("c", arm(0, 2), taken=1))
     watch.offer_gauge(GaugeReading.from_rest("c", arm(2, 2), taken=2))
+    assert not watch.gauge.lost_nodes_of(None)  # not yet known to be while it ran: the next poll says
+    watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=3)
     assert watch.gauge.lost_nodes_of(None) and watch.gauge.lost_nodes_of(2)

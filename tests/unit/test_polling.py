@@ -148,20 +148,84 @@ def test_gauge_counts_only_readings_taken_while_the_job_ran() -> None:
     watch = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
     watch.observe(JobSnapshot(name="j", status="Queued", compute="c"), now=0)
     assert not watch.wants_gauge()
-    watch.offer_gauge(reading("c", 3, taken=0.5))  # not Running: ignored
+    watch.offer_gauge(reading("c", 3, taken=0.5))  # not Running: run history's times would decide
     watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=10)
     assert watch.wants_gauge()
-    watch.offer_gauge(reading("c", 3, taken=9.0))  # shared reading from before this job ran: ignored
+    watch.offer_gauge(reading("c", 3, taken=9.0))  # before the poll that saw it Running: run times decide
     assert watch.gauge.samples == 0
-    watch.offer_gauge(reading("c", 1, taken=10.5))
+    watch.offer_gauge(reading("c", 1, taken=10.5))  # the read that follows a Running poll: counted
     watch.offer_gauge(reading("c", 1, taken=10.5))  # the same reading again: counted once
     watch.offer_gauge(reading("c", None, taken=11.0))  # the compute did not report the gauge: not zero
+    assert watch.gauge.samples == 1
+    watch.offer_gauge(reading("c", 1, taken=11.5))  # 1.5 s after the poll: the job may have ended since
+    assert watch.gauge.samples == 1
     watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=12)
+    assert watch.gauge.samples == 2
     watch.offer_gauge(reading("c", 2, taken=12.5))
-    assert watch.gauge.samples == 2 and watch.gauge.rose_while_running
+    watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=13)
+    assert watch.gauge.samples == 3 and watch.gauge.rose_while_running
     assert watch.gauge.first_while_running == 1 and watch.gauge.peak_while_running == 2
-    watch.observe(JobSnapshot(name="j", status="Canceled", compute="c"), now=13)
-    assert not watch.wants_gauge()
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="c"), now=14)
+    assert not watch.wants_gauge() and watch.gauge.samples == 3  # the Queued-time read: no run times, dropped
+
+
+def _whole(taken: float, at: float) -> GaugeReading:
+    return GaugeReading("c", True, 2, taken, 2, at=at)
+
+
+def test_a_read_after_the_last_running_poll_counts_if_run_history_says_the_job_still_ran() -> None:
+    watch = JobWatch(PollingPolicy(interval=100, max_interval=100, jitter=0))
+    watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=0)
+    watch.offer_gauge(_whole(taken=5, at=1005))  # every node preempted, 5 s after the poll
+    watch.offer_gauge(_whole(taken=50, at=1050))  # still, after the job had ended
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="c", ended_at=1030), now=100)
+    assert watch.gauge.samples == 1 and watch.gauge.lost_nodes_of(2)
+
+
+def test_a_read_after_the_job_ended_never_counts() -> None:
+    watch = JobWatch(PollingPolicy(interval=100, max_interval=100, jitter=0))
+    watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=0)
+    watch.offer_gauge(_whole(taken=50, at=1050))  # a person cancelled at 1030; then the cluster went
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="c", ended_at=1030), now=100)
+    assert watch.gauge.samples == 0 and not watch.gauge.lost_nodes_of(2)
+    unknown = JobWatch(PollingPolicy(interval=100, max_interval=100, jitter=0))
+    unknown.observe(JobSnapshot(name="j", status="Running", compute="c"), now=0)
+    unknown.offer_gauge(_whole(taken=5, at=1005))
+    unknown.observe(JobSnapshot(name="j", status="Canceled", compute="c"), now=100)  # no run times: in doubt
+    assert unknown.gauge.samples == 0
+
+
+def test_a_read_before_the_first_running_poll_counts_between_run_historys_start_and_end() -> None:
+    watch = JobWatch(PollingPolicy(interval=100, max_interval=100, jitter=0))
+    watch.observe(JobSnapshot(name="j", status="Queued", compute="c"), now=0)
+    watch.offer_gauge(GaugeReading("c", True, 0, 2, 2, at=1002))  # queued still: before the start
+    watch.offer_gauge(_whole(taken=20, at=1020))  # started at 1010, so it ran
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="c", started_at=1010, ended_at=1040), now=100)
+    assert watch.gauge.samples == 1 and watch.gauge.lost_nodes_of(2)
+    assert watch.gauge.first_while_running == 2  # the read at 1002 was not taken while it ran
+
+
+def test_the_evidence_cadence_reads_between_polls_and_stops_at_the_end() -> None:
+    watch = JobWatch(PollingPolicy(interval=100, max_interval=300, jitter=0, evidence_interval=10))
+    assert watch.evidence_delay(now=0) is None  # no compute known yet
+    watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=0)
+    assert watch.evidence_delay(now=0) == 0.0
+    watch.offer_gauge(reading("c", 0, taken=0.1), now=0.2)
+    assert watch.evidence_delay(now=5) == pytest.approx(5.2)
+    watch.offer_gauge(None, now=10.2)  # a failed read also waits out the cadence
+    assert watch.evidence_delay(now=10.2) == pytest.approx(10)
+    dedicated = JobWatch(PollingPolicy(interval=100, max_interval=300, jitter=0, evidence_interval=10))
+    dedicated.observe(JobSnapshot(name="j", status="Running", compute="d"), now=0)
+    dedicated.offer_gauge(GaugeReading("d", False, 0, 0.1, 2), now=0.2)
+    assert dedicated.evidence_delay(now=50) is None  # not low priority: nothing to preempt
+    watch.observe(JobSnapshot(name="j", status="Completed", compute="c"), now=20)
+    assert watch.evidence_delay(now=20) is None
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf")])
+def test_a_bad_evidence_interval_is_refused(value: float) -> None:
+    with pytest.raises(AzureMLConfigError):
+        PollingPolicy(evidence_interval=value)
 
 
 def test_gauge_reading_from_rest_keeps_missing_as_missing() -> None:

@@ -1,0 +1,192 @@
+"""The verdict ladder through the real operator, SDK and Airflow: which witness decides a cancelled job.
+
+The emulator keeps an Activity Log of the cancels sent through ARM (with their caller, shown after an
+ingestion lag), and lets a person cancel through a path it does not log (Studio's). Preemptions strike
+at their least convenient: Azure cancels the job at once, or a few seconds after the loss and long
+before the wait's next poll.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import pytest
+import requests
+
+from airflow_azureml.emulator import Emulator
+from tests.conftest import xcom_value
+from tests.integration import test_exactly_once as exactly_once
+from tests.integration.test_exactly_once import CLUSTER, person_cancels, try_numbers, when_sampled
+from tests.integration.test_instance_types_k8s import arm
+
+workspace = exactly_once.workspace  # the fixtures: a workspace with the example's data, a case of the invoke DAG
+run_case = exactly_once.run_case
+ACTIVITY = "/providers/Microsoft.Insights/eventtypes/management/values"
+
+
+def activity_log(emulator: Emulator, filter_text: str | None = None, **params: str) -> requests.Response:
+    token = emulator.call(lambda: emulator.identity.issue(emulator.client_id, f"{emulator.base_url}/.default"))
+    now = dt.datetime.now(dt.timezone.utc)
+    window = (
+        f"eventTimestamp ge '{(now - dt.timedelta(hours=1)).strftime('%Y-%m-%dT%H:%M:%SZ')}' and "
+        f"eventTimestamp le '{(now + dt.timedelta(hours=1)).strftime('%Y-%m-%dT%H:%M:%SZ')}'"
+    )
+    query = {"api-version": "2015-04-01", "$filter": window if filter_text is None else filter_text, **params}
+    return requests.get(
+        f"{emulator.base_url}/subscriptions/{emulator.subscription_id}{ACTIVITY}",
+        params=query,
+        headers={"Authorization": f"Bearer {token['access_token']}"},
+        verify=emulator.ca_cert,
+        timeout=30,
+    )
+
+
+def synthetic_job(emulator: Emulator, prefix: str, seconds: float = 120) -> str:
+    (name,) = emulator.call(lambda: emulator.workspace.create_synthetic_jobs(prefix, [seconds], 0.0, {}))
+    return name
+
+
+# ------------------------------------------------------------------ the emulator's Activity Log
+def test_a_cancel_through_arm_shows_in_the_activity_log_with_its_caller_after_the_lag(emulator: Emulator) -> None:
+    emulator.set_behaviour(activity_log_lag_seconds=1.5)
+    logged, unlogged = synthetic_job(emulator, "logged"), synthetic_job(emulator, "unlogged")
+    assert arm(emulator, "POST", f"/jobs/{logged}/cancel").status_code == 202
+    emulator.cancel_unlogged(unlogged)  # Studio's path: no event
+    first = activity_log(emulator)
+    assert first.status_code == 200 and first.json() == {"value": []}, "not ingested yet"
+    deadline = time.monotonic() + 30
+    while not (events := activity_log(emulator).json()["value"]):
+        assert time.monotonic() < deadline, "the event never showed"
+        time.sleep(0.2)
+    assert [e["status"]["value"] for e in events] in (["Accepted", "Started"], ["Started", "Accepted"])
+    assert {e["caller"] for e in events} == {emulator.client_id}  # the token's object id
+    assert all(e["resourceId"].lower().endswith(f"/jobs/{logged}") for e in events)
+    assert {e["operationName"]["value"] for e in events} == {
+        "Microsoft.MachineLearningServices/workspaces/jobs/cancel/action"
+    }
+    assert not any(unlogged in e["resourceId"] for e in events)
+    now = dt.datetime.now(dt.timezone.utc)
+    window = (
+        f"eventTimestamp ge '{(now - dt.timedelta(hours=1)).isoformat()}' and "
+        f"eventTimestamp le '{(now + dt.timedelta(hours=1)).isoformat()}'"
+    )
+    mine = activity_log(emulator, f"{window} and resourceGroupName eq '{emulator.resource_group}'").json()
+    assert mine["value"] == events
+    assert activity_log(emulator, f"{window} and resourceGroupName eq 'another-rg'").json() == {"value": []}
+
+
+@pytest.mark.parametrize(
+    "filter_text",
+    [
+        "",
+        "eventTimestamp ge '2026-12-01T00:00:00Z'",
+        "eventTimestamp ge 'x' and eventTimestamp le 'y'",
+        "eventTimestamp ge '2026-01-01T00:00:00Z' and eventTimestamp le '2026-12-01T00:00:00Z'",
+        "eventTimestamp ge '2026-12-01T00:00:00Z' and eventTimestamp le '2026-12-02T00:00:00Z' and caller eq 'x'",
+    ],
+)
+def test_the_activity_log_refuses_a_filter_azure_refuses(emulator: Emulator, filter_text: str) -> None:
+    refused = activity_log(emulator, filter_text)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "BadRequest"
+
+
+def test_the_activity_log_needs_read_access_and_its_own_api_version(emulator: Emulator) -> None:
+    assert activity_log(emulator, **{"api-version": "2024-10-01"}).status_code == 400
+    emulator.set_behaviour(activity_log_reader=False)
+    forbidden = activity_log(emulator)
+    assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "AuthorizationFailed"
+
+
+# ------------------------------------------------------------------ the operator's ladder
+def verdict_of(run: Any) -> dict[str, Any]:
+    return xcom_value(run, "invoke", key="azureml_verdict")
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_a_logged_persons_cancel_names_its_caller(workspace: Emulator, run_case, deferrable: bool) -> None:
+    workspace.set_behaviour(activity_log_lag_seconds=0)
+    with when_sampled(workspace, person_cancels, sampled=False) as cancelled:
+        run, failures = run_case({"retries": 2, "deferrable": deferrable, "on_ambiguous_cancel": "resubmit"})
+    assert str(run.state) == "failed" and len(cancelled) == 1 and try_numbers(run) == 1
+    assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    verdict = verdict_of(run)
+    assert verdict["witness"] == "activity_log", verdict
+    assert f"canceled by {workspace.client_id}" in verdict["reason"] and "own identity" in verdict["reason"]
+    assert [j.status for j in workspace.jobs()] == ["Canceled"], "a logged cancel is never resubmitted"
+
+
+def unlogged_cancel(emulator: Emulator, job: str) -> None:
+    emulator.cancel_unlogged(job)
+
+
+def test_an_unlogged_cancel_is_ambiguous_and_fails_by_default(workspace: Emulator, run_case) -> None:
+    with when_sampled(workspace, unlogged_cancel, sampled=False):
+        run, failures = run_case({"retries": 2})
+    assert str(run.state) == "failed" and [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    verdict = verdict_of(run)
+    assert verdict["witness"] == "none" and "no witness tells it from lost capacity" in verdict["reason"]
+    assert len(workspace.jobs()) == 1
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_on_ambiguous_cancel_resubmit_waits_for_late_evidence_then_runs_the_work_again(
+    workspace: Emulator,
+    run_case,
+    deferrable: bool,
+) -> None:
+    case = {"deferrable": deferrable, "on_ambiguous_cancel": "resubmit", "evidence_wait": 2}
+    with when_sampled(workspace, unlogged_cancel, sampled=False):
+        run, failures = run_case(case)
+    assert str(run.state) == "success", failures
+    result = xcom_value(run, "invoke")
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"] and result["preemptions"] == 1
+
+
+def test_a_logged_cancel_that_shows_during_the_wait_is_final(workspace: Emulator, run_case) -> None:
+    workspace.set_behaviour(activity_log_lag_seconds=2)  # not there when the job is first seen cancelled
+    with when_sampled(workspace, person_cancels, sampled=False):
+        run, failures = run_case({"on_ambiguous_cancel": "resubmit", "evidence_wait": 8})
+    assert str(run.state) == "failed" and [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
+    assert verdict_of(run)["witness"] == "activity_log"
+    assert len(workspace.jobs()) == 1, "the person's cancel was found after the wait: nothing resubmitted"
+
+
+def preempt_now(emulator: Emulator, _job: str) -> None:
+    emulator.preempt_cluster(CLUSTER, form="canceled")
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_a_preemption_azure_cancels_at_once_is_seen_just_after_the_end(
+    workspace: Emulator,
+    run_case,
+    deferrable: bool,
+) -> None:
+    """Azure cancels the job the moment its nodes go, before any read; the nodes stay preempted a while.
+    The read just after the end sees the whole cluster preempted; the Activity Log, read again after the
+    wait, shows no person's cancel: resubmitted. (Before the ladder: a person's cancel, the DAG red.)"""
+    workspace.set_behaviour(capacity_cancel_after_seconds=0, preempted_node_release_seconds=30)
+    case = {"deferrable": deferrable, "evidence_wait": 1, "polling": {"interval": 0.5, "max_interval": 0.5}}
+    with when_sampled(workspace, preempt_now, sampled=False) as preempted:
+        run, failures = run_case(case)
+    assert str(run.state) == "success", failures
+    assert len(preempted) == 1 and xcom_value(run, "invoke")["preemptions"] == 1
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_a_preemption_between_two_polls_is_seen_at_the_evidence_cadence(
+    workspace: Emulator,
+    run_case,
+    deferrable: bool,
+) -> None:
+    """The loss comes seconds after a poll that saw the job Running and Azure cancels 4 s later, long before
+    the next poll (12 s): only the reads between polls can see it. (Before: no read while it ran.)"""
+    workspace.set_behaviour(capacity_cancel_after_seconds=4, preempted_node_release_seconds=8)
+    polling = {"interval": 12, "max_interval": 12, "jitter": 0, "evidence_interval": 1}
+    with when_sampled(workspace, preempt_now) as preempted:
+        run, failures = run_case({"deferrable": deferrable, "polling": polling})
+    assert str(run.state) == "success", failures
+    assert len(preempted) == 1 and xcom_value(run, "invoke")["preemptions"] == 1
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]

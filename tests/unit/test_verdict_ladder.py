@@ -1,0 +1,166 @@
+"""The verdict ladder by tables: which witness decides a cancelled job, and what each rung refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_azureml import lifecycle
+from airflow_azureml.hooks.rest import job_cancels
+from airflow_azureml.lifecycle import BackOff, Limits, ResubmissionState, Resubmit
+from airflow_azureml.outcomes import ActivityEvidence, GaugeEvidence, JobSnapshot, Outcome, classify
+from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy
+
+JOB = JobSnapshot(name="j", status="Canceled", compute="spot", instance_count=2)
+WHOLE = GaugeEvidence().observe("spot", True, 0, 2).observe("spot", True, 2, 2)  # every node, while it ran
+AFTER_END = GaugeEvidence().observe("spot", True, 0, 2).just_after_end(2)
+LOGGED = ActivityEvidence(read=True, cancels=(("8f3e-person", 1_700_000_000.0),))
+NOTHING_LOGGED = ActivityEvidence(read=True)
+UNREADABLE = ActivityEvidence(read=False, note="no read access: the identity needs Reader on the resource group")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "outcome", "witness"),
+    [
+        ({}, Outcome.USER_CANCELED, "none"),  # no witness at all: ambiguous
+        ({"activity": NOTHING_LOGGED}, Outcome.USER_CANCELED, "none"),  # nothing logged (yet) is no evidence
+        ({"activity": UNREADABLE}, Outcome.USER_CANCELED, "none"),
+        ({"activity": LOGGED}, Outcome.USER_CANCELED, "activity_log"),  # a person, for sure
+        ({"gauge": WHOLE}, Outcome.PREEMPTED, "gauge"),
+        ({"gauge": AFTER_END}, Outcome.PREEMPTED, "gauge_after_end"),  # weak: the lifecycle waits for the log
+        # a person's request in the log outranks the gauge (a person's cancel followed by a preemption)
+        ({"gauge": WHOLE, "activity": LOGGED}, Outcome.USER_CANCELED, "activity_log"),
+        ({"gauge": AFTER_END, "activity": LOGGED}, Outcome.USER_CANCELED, "activity_log"),
+        # Airflow's own record outranks everything: its cancel is in the log too, under its own identity
+        ({"activity": LOGGED, "canceled_by_airflow": True}, Outcome.AIRFLOW_CANCELED, "airflow_record"),
+        ({"gauge": WHOLE, "activity": NOTHING_LOGGED}, Outcome.PREEMPTED, "gauge"),
+    ],
+)
+def test_the_ladder(kwargs: dict, outcome: Outcome, witness: str) -> None:
+    verdict = classify(JOB, **kwargs)
+    assert (verdict.outcome, verdict.witness) == (outcome, witness)
+    assert verdict.ambiguous is (witness == "none")
+    assert verdict.to_dict()["witness"] == witness
+
+
+def test_the_message_names_the_caller_and_what_was_missing() -> None:
+    assert "canceled by 8f3e-person" in classify(JOB, activity=LOGGED).reason
+    own = ActivityEvidence(read=True, cancels=LOGGED.cancels, own_identity=("8f3e-person",))
+    assert "this connection's own identity" in classify(JOB, activity=own).reason
+    assert "shows no cancel request" in classify(JOB, activity=NOTHING_LOGGED).reason
+    assert "could not be read (no read access" in classify(JOB, activity=UNREADABLE).reason
+    assert "at the first read after its end" in classify(JOB, gauge=AFTER_END).reason
+    assert ActivityEvidence.from_dict(LOGGED.to_dict()) == LOGGED
+    assert GaugeEvidence.from_dict(AFTER_END.to_dict()) == AFTER_END
+
+
+def test_a_completed_or_failed_job_needs_no_witness() -> None:
+    done = JobSnapshot(name="j", status="Completed")
+    assert classify(done, activity=LOGGED).outcome is Outcome.SUCCEEDED
+
+
+# ----------------------------------------------------------- the read just after the end
+def _watch(interval: float = 100.0) -> JobWatch:
+    watch = JobWatch(PollingPolicy(interval=interval, max_interval=interval, jitter=0, evidence_interval=10))
+    watch.observe(JobSnapshot(name="j", status="Running", compute="spot"), now=0)
+    return watch
+
+
+def _read(taken: float, at: float, preempted: int, nodes: int = 2) -> GaugeReading:
+    return GaugeReading("spot", True, preempted, taken, nodes, at=at)
+
+
+ENDED = JobSnapshot(name="j", status="Canceled", compute="spot", started_at=990, ended_at=1050)
+
+
+@pytest.mark.parametrize(
+    ("reads", "counts"),
+    [
+        ([(5, 1005, 0), (55, 1055, 2)], True),  # Azure cancelled before any read saw the loss; 5 s later every node
+        ([(5, 1005, 0), (65, 1065, 2)], False),  # 15 s after the end: more than one evidence interval (10 s + 2 s)
+        ([(5, 1005, 0), (55, 1055, 0), (58, 1058, 2)], False),  # only the first read after the end is looked at
+        ([(5, 1005, 0, 2), (55, 1055, 1, 1)], False),  # the cluster shrank: our nodes may have been released
+        ([(5, 1005, 0), (55, 1055, 1)], False),  # not every node
+    ],
+)
+def test_the_first_read_after_the_end(reads: list[tuple], counts: bool) -> None:
+    watch = _watch()
+    for taken, at, preempted, *nodes in reads:
+        watch.offer_gauge(_read(taken, at, preempted, *nodes), now=taken)
+    watch.observe(ENDED, now=100)
+    assert (watch.gauge.whole_cluster_preempted_just_after_end is not None) is counts
+    assert watch.gauge.whole_cluster_preempted is None  # none of these reads was taken while the job ran
+
+
+def test_the_read_at_the_end_is_the_first_after_it_when_none_came_before() -> None:
+    watch = _watch(interval=5)
+    watch.offer_gauge(_read(1, 1001, 0), now=1)
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="spot", started_at=990, ended_at=1003), now=5)
+    watch.offer_gauge(_read(5.2, 1005.2, 2), now=5.3)  # the wait's read at the end (hooks, poller)
+    assert watch.gauge.whole_cluster_preempted_just_after_end == 2
+    watch.offer_gauge(_read(9, 1009, 0), now=9)  # later reads change nothing
+    assert watch.gauge.whole_cluster_preempted_just_after_end == 2
+
+
+# ------------------------------------------------------------------ the lifecycle's waits
+LIMITS = Limits(max_resubmits=3, loop_after=2, resubmit_backoff=30.0)
+
+
+def _chain(**fields: object) -> ResubmissionState:
+    return ResubmissionState(key="k", job_names=["j"], next_resubmission=1, **fields)  # type: ignore[arg-type]
+
+
+def test_a_preemption_seen_only_after_the_end_waits_once_for_the_activity_log() -> None:
+    weak = classify(JOB, gauge=AFTER_END)
+    first = lifecycle.on_end(_chain(), "j", weak, LIMITS, watched=True)
+    kinds = [type(a).__name__ for a in first.actions if not isinstance(a, lifecycle.Log)]
+    assert kinds == ["Remember", "BackOff", "Wait"] and first.state.evidence_waited == "j"
+    assert isinstance(first.actions[-2], BackOff) and first.actions[-2].seconds == LIMITS.evidence_wait
+    assert first.state.preemptions == 0  # nothing counted before the wait
+    stored = ResubmissionState.from_store("k", first.state.to_store(), None)
+    # after the wait the read just after the end is not repeated: the kept reason stands unless a person shows
+    _, found = lifecycle.verdict(stored, JOB, None, NOTHING_LOGGED)
+    assert found.outcome is Outcome.PREEMPTED and "no cancel request in the Activity Log after the wait" in found.reason
+    then = lifecycle.on_end(stored, "j", found, LIMITS, watched=False)
+    assert isinstance(then.actions[-1], Resubmit) and then.state.preemptions == 1
+    _, person = lifecycle.verdict(stored, JOB, None, LOGGED)
+    assert person.outcome is Outcome.USER_CANCELED and person.witness == "activity_log"
+
+
+def test_a_preemption_seen_while_the_job_ran_is_resubmitted_at_once() -> None:
+    decision = lifecycle.on_end(_chain(), "j", classify(JOB, gauge=WHOLE), LIMITS, watched=True)
+    assert isinstance(decision.actions[-1], Resubmit) and decision.state.evidence_waited is None
+
+
+def test_no_wait_when_evidence_wait_is_zero() -> None:
+    limits = Limits(max_resubmits=3, loop_after=2, resubmit_backoff=30.0, evidence_wait=0.0)
+    decision = lifecycle.on_end(_chain(), "j", classify(JOB, gauge=AFTER_END), limits, watched=True)
+    assert isinstance(decision.actions[-1], Resubmit)
+
+
+# --------------------------------------------------------------------- the Activity Log's events
+def _event(op: str, resource: str, caller: str, at: str, correlation: str, status: str = "Started") -> dict:
+    return {
+        "operationName": {"value": op, "localizedValue": "Cancel Job"},
+        "resourceId": resource,
+        "caller": caller,
+        "eventTimestamp": at,
+        "correlationId": correlation,
+        "status": {"value": status},
+    }
+
+
+def test_job_cancels_matches_the_job_and_the_operation_in_any_casing_once_per_request() -> None:
+    job_id = "/subscriptions/s/resourcegroups/rg/providers/microsoft.machinelearningservices/workspaces/w/jobs/j"
+    upper = job_id.replace("microsoft.machinelearningservices", "MICROSOFT.MACHINELEARNINGSERVICES")
+    op = "Microsoft.MachineLearningServices/workspaces/jobs/cancel/action"
+    events = [
+        _event(op, upper, "p1", "2026-12-03T10:00:01.1234567Z", "c1", "Accepted"),
+        _event(op, upper, "p1", "2026-12-03T10:00:00.9000000Z", "c1"),  # the same request's other event
+        _event(op, upper + "x", "p2", "2026-12-03T10:00:00Z", "c2"),  # another job
+        _event("Microsoft.MachineLearningServices/workspaces/jobs/write", upper, "p3", "2026-12-03T10:00:00Z", "c3"),
+        _event(op.upper(), job_id, "p4", "2026-12-03T10:05:00Z", "c4"),
+        "not an event",
+    ]
+    found = job_cancels(events, job_id)
+    assert [caller for caller, _ in found] == ["p1", "p4"]
+    assert found[0][1] == pytest.approx(1796292000.9, abs=0.01)  # the request's first event
