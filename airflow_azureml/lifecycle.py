@@ -70,6 +70,7 @@ class ResubmissionState:
     # Its verdict before the wait, when that was a preemption on weak evidence (a read just after the job's
     # end): kept, as that read is not repeated; an Activity Log cancel found after the wait overrides it.
     evidence_reason: str | None = None
+    evidence_until: float | None = None  # when that wait ends (epoch s): a retry within it waits the rest
 
     @property
     def current(self) -> str | None:
@@ -115,6 +116,7 @@ class ResubmissionState:
             "submitting": self.submitting,
             "evidence_waited": self.evidence_waited,
             "evidence_reason": self.evidence_reason,
+            "evidence_until": self.evidence_until,
         }
 
     @classmethod
@@ -147,6 +149,8 @@ class ResubmissionState:
             state.backoff_done = recalled.get("backoff_done")
             state.evidence_waited = recalled.get("evidence_waited")
             state.evidence_reason = recalled.get("evidence_reason")
+            until = recalled.get("evidence_until")
+            state.evidence_until = float(until) if isinstance(until, (int, float)) else None
             state.fallback_rule = recalled.get("fallback_rule")  # a clear gives spot another chance
             state.fallback_from = recalled.get("fallback_from")
         return state
@@ -432,20 +436,41 @@ def verdict(
     if waited and found.outcome is Outcome.USER_CANCELED and found.ambiguous:
         # the weak evidence before the wait stands: no cancel request showed in the Activity Log since
         reason = f"{steps.state.evidence_reason}; no cancel request in the Activity Log after the wait"
-        found = Classification(Outcome.PREEMPTED, reason, found.evidence, "gauge_after_end")
+        found = Classification(Outcome.PREEMPTED, reason, found.evidence, "gauge_near_end")
     return steps.done(), found
 
 
 # --------------------------------------------------------------- decisions
-def on_end(state: ResubmissionState, job: str, found: Classification, limits: Limits, *, watched: bool) -> Decision:
+def _evidence_wait_left(state: ResubmissionState, job: str, limits: Limits, now: float | None) -> float:
+    """Seconds of the wait for late evidence still to spend on ``job`` (0: spent, or none wanted)."""
+    if limits.evidence_wait <= 0:
+        return 0.0
+    if state.evidence_waited != job:
+        return limits.evidence_wait
+    if now is None or state.evidence_until is None:
+        return 0.0
+    left = state.evidence_until - now
+    return left if left > 1.0 else 0.0  # a crash or retry inside the wait waits the rest of it
+
+
+def on_end(
+    state: ResubmissionState,
+    job: str,
+    found: Classification,
+    limits: Limits,
+    *,
+    watched: bool,
+    now: float | None = None,
+) -> Decision:
     """A terminal job becomes the task's result, its error, or the next job of the chain.
 
     ``watched``: this try waited for the job (else an earlier try or another run did).
     """
     outcome = found.outcome
-    weak = outcome is Outcome.PREEMPTED and found.witness == "gauge_after_end"
-    if weak and state.evidence_waited != job and limits.evidence_wait > 0:
-        return _wait_for_evidence(state, job, found.reason, limits)
+    weak = outcome is Outcome.PREEMPTED and found.witness == "gauge_near_end"
+    left = _evidence_wait_left(state, job, limits, now) if weak else 0.0
+    if left > 0:
+        return _wait_for_evidence(state, job, found.reason, limits, left, now)
     if outcome is Outcome.PREEMPTED:
         return on_preemption(state, job, found.reason, limits)
     steps = _Steps(state)
@@ -471,19 +496,25 @@ def on_end(state: ResubmissionState, job: str, found: Classification, limits: Li
     return steps.done()
 
 
-def _wait_for_evidence(state: ResubmissionState, job: str, reason: str, limits: Limits) -> Decision:
-    """A preemption seen only at the read just after the job's end: a person's cancel followed at once by a
-    preemption looks the same, and the person's request shows in the Activity Log minutes late."""
+def _wait_for_evidence(
+    state: ResubmissionState, job: str, reason: str, limits: Limits, seconds: float, now: float | None
+) -> Decision:
+    """A preemption seen only near the job's end (a read just after it, or while a cancel was requested): a
+    person's cancel followed at once by a preemption looks the same, and the person's request shows in the
+    Activity Log minutes late."""
     steps = _Steps(state)
+    first = steps.state.evidence_waited != job
     steps.state.evidence_waited = job
     steps.state.evidence_reason = reason
+    if first or steps.state.evidence_until is None:
+        steps.state.evidence_until = now + seconds if now is not None else None
     message = (
-        f"Job {job} looks preempted ({reason}), seen only after its end: reading the Activity Log again in "
-        f"{limits.evidence_wait:.0f}s before resubmitting (a person's cancel there would be final)."
+        f"Job {job} looks preempted ({reason}), seen only near its end: reading the Activity Log again in "
+        f"{seconds:.0f}s before resubmitting (a person's cancel there would be final)."
     )
     steps.add(Log(logging.INFO, message))
     steps.remember()
-    steps.add(BackOff(job, limits.evidence_wait, in_triggerer=limits.deferrable), Wait())
+    steps.add(BackOff(job, seconds, in_triggerer=limits.deferrable), Wait())
     return steps.done()
 
 
@@ -495,6 +526,7 @@ def after_cancel(
     kept_instead: str | None,
     limits: Limits | None = None,
     resubmit: str | None = None,
+    now: float | None = None,
 ) -> Decision:
     """A person's cancel, once the LIST said whether it was a duplicate's (``kept_instead``: the older
     job of the unit it was cancelled in favour of). ``resubmit``: an ambiguous cancel that the operator's
@@ -517,17 +549,20 @@ def after_cancel(
         )
         steps.add(Log(logging.INFO, message), Submit())
         return steps.done()
-    if resubmit is not None and limits is not None and state.evidence_waited != job and limits.evidence_wait > 0:
+    left = _evidence_wait_left(state, job, limits, now) if resubmit is not None and limits is not None else 0.0
+    if left > 0 and limits is not None:
         # A person's cancel shows in the Activity Log minutes late: wait for it before overriding anyone.
+        if state.evidence_waited != job or state.evidence_until is None:
+            state.evidence_until = now + left if now is not None else None
         state.evidence_waited = job
         state.evidence_reason = None
         message = (
             f"Job {job} was cancelled and no witness tells by whom yet; on_ambiguous_cancel='resubmit': looking "
-            f"at the Activity Log again in {limits.evidence_wait:.0f}s before resubmitting."
+            f"at the Activity Log again in {left:.0f}s before resubmitting."
         )
         steps.add(Log(logging.INFO, message))
         steps.remember()
-        steps.add(BackOff(job, limits.evidence_wait, in_triggerer=limits.deferrable), Wait())
+        steps.add(BackOff(job, left, in_triggerer=limits.deferrable), Wait())
         return steps.done()
     if resubmit is not None and limits is not None:
         message = (

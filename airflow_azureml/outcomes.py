@@ -202,9 +202,10 @@ class GaugeEvidence:
     at_end: int | None = None
     # The most nodes preempted at a read, taken while the job ran, at which every node of the cluster was.
     whole_cluster_preempted: int | None = None
-    # Every node of the cluster preempted (this many) at the first read after run history's end time, taken
-    # within one evidence interval of it, with no fewer nodes than before (``polling.JobWatch``).
-    whole_cluster_preempted_just_after_end: int | None = None
+    # Every node of the cluster preempted (this many) at a read near the job's end: the first after run
+    # history's end time (within one evidence interval, no fewer nodes than before), or one that only the
+    # run times place in the run once a poll saw the job CancelRequested (``polling.JobWatch``). Weak.
+    whole_cluster_preempted_near_end: int | None = None
 
     def observe(self, compute: str, low_priority: bool, preempted: int, nodes: int | None = None) -> GaugeEvidence:
         """A read taken while the job ran (``nodes``: the cluster's currentNodeCount, if sent)."""
@@ -223,9 +224,9 @@ class GaugeEvidence:
             whole_cluster_preempted=whole,
         )
 
-    def just_after_end(self, preempted: int) -> GaugeEvidence:
+    def near_end(self, preempted: int) -> GaugeEvidence:
         """Every node of the cluster preempted at the first read after the job's end (see the field)."""
-        return replace(self, low_priority=True, whole_cluster_preempted_just_after_end=preempted)
+        return replace(self, low_priority=True, whole_cluster_preempted_near_end=preempted)
 
     def ended(self, preempted: int | None) -> GaugeEvidence:
         """The read taken when the job was first seen ended (None: the read failed). Logged, not evidence."""
@@ -246,7 +247,7 @@ class GaugeEvidence:
         preempted, at least the job's own."""
         if not self.low_priority:
             return False
-        seen = [n for n in (self.whole_cluster_preempted, self.whole_cluster_preempted_just_after_end) if n is not None]
+        seen = [n for n in (self.whole_cluster_preempted, self.whole_cluster_preempted_near_end) if n is not None]
         return any(instance_count is None or n >= instance_count for n in seen)
 
     def to_dict(self) -> dict[str, Any]:
@@ -258,7 +259,7 @@ class GaugeEvidence:
             "peak_while_running": self.peak_while_running,
             "at_end": self.at_end,
             "whole_cluster_preempted": self.whole_cluster_preempted,
-            "whole_cluster_preempted_just_after_end": self.whole_cluster_preempted_just_after_end,
+            "whole_cluster_preempted_near_end": self.whole_cluster_preempted_near_end,
         }
 
     @classmethod
@@ -272,7 +273,7 @@ class GaugeEvidence:
             peak_while_running=data.get("peak_while_running"),
             at_end=data.get("at_end"),
             whole_cluster_preempted=data.get("whole_cluster_preempted"),
-            whole_cluster_preempted_just_after_end=data.get("whole_cluster_preempted_just_after_end"),
+            whole_cluster_preempted_near_end=data.get("whole_cluster_preempted_near_end"),
         )
 
 
@@ -317,7 +318,7 @@ class Classification:
     # What decided (the log says it): "status" (Completed, or Failed with another error), "azure_error"
     # (Azure's PreemptionError text), "airflow_record" (on_kill's cancel record), "activity_log" (a cancel
     # request the Azure Activity Log records, with its caller), "gauge" (every node of the cluster preempted at
-    # a read while the job ran), "gauge_after_end" (at the first read just after its end: a person's cancel
+    # a read while the job ran), "gauge_near_end" (at the first read just after its end: a person's cancel
     # followed at once by a preemption looks the same, so the Activity Log is read again after a wait),
     # "none" (a cancel no witness explains: ambiguous).
     witness: str = "status"
@@ -420,14 +421,14 @@ def classify(
             )
         else:
             when = (
-                f"preemptedNodeCount {gauge.whole_cluster_preempted_just_after_end} = every node of the cluster "
-                "at the first read after its end, within one evidence interval of it"
+                f"preemptedNodeCount {gauge.whole_cluster_preempted_near_end} = every node of the cluster "
+                "at a read near its end: the first after it, or one after a poll saw the cancel requested"
             )
         return Classification(
             Outcome.PREEMPTED,
             f"canceled as low-priority cluster {gauge.compute} was wholly preempted ({when}; job size {size})",
             evidence,
-            "gauge" if while_running else "gauge_after_end",
+            "gauge" if while_running else "gauge_near_end",
         )
     log_says = ""
     if activity is not None:

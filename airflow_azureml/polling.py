@@ -11,7 +11,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from airflow_azureml.cost import UsageRecorder, counts_from_rest
@@ -23,6 +23,8 @@ GAUGE_STATE = "Running"
 # Allowed disagreement between this machine's clock and the service's (run history's start and end
 # times): a read this close to either is not taken as one made while the job ran.
 CLOCK_MARGIN = 1.0
+# Reads remembered for the cluster's node count before a job's end.
+RECENT_READS = 64
 # A read this soon after a poll that saw the job Running was taken while it ran (the read follows the poll).
 POLL_READ_SLACK = 1.0
 # Reads kept until the job's run times say whether they were taken while it ran (one poll interval's
@@ -52,7 +54,7 @@ class PollingPolicy:
     jitter: float = 0.1
     max_queue_time: float | None = None
     max_transient_errors: int = 30
-    evidence_interval: float = 10.0
+    evidence_interval: float = 5.0
 
     def __post_init__(self) -> None:
         if self.interval <= 0 or self.max_interval < self.interval:
@@ -112,6 +114,8 @@ class JobWatch:
     _offered_at: float | None = None  # when a compute read was last offered (the evidence cadence)
     _ended_at: float | None = None  # run history's end time, until the first read after it was looked at
     _nodes_before_end: int | None = None  # the cluster's nodes at the last read before the job's end
+    _recent: list[GaugeReading] = field(default_factory=list)  # the last reads offered, whether counted or not
+    _whole_reads: list[GaugeReading] = field(default_factory=list)  # counted reads with every node preempted
     terminal: bool = False  # the last poll saw the job ended
     # node counts of the job's compute, sampled while the job is not terminal (nodes are billed while
     # queued and preparing too), from the same shared reads as the gauge: the cost estimate (cost.py)
@@ -183,44 +187,80 @@ class JobWatch:
             return
         self._gauge_taken = reading.taken
         self._low_priority = reading.low_priority
+        self._recent = [*self._recent[-(RECENT_READS - 1) :], reading]
         if reading.preempted is None or not reading.low_priority:
             return
         since = self.running_since
         if since is not None and since <= reading.taken <= self._last_poll + POLL_READ_SLACK:
             # between two polls of this Running streak, or just after a poll that saw it Running: it ran then
-            self.gauge = self.gauge.observe(reading.compute, True, reading.preempted, reading.nodes)
+            self._take(reading)
             return
         self._pending.append(reading)
         if len(self._pending) > MAX_PENDING_READS:  # drop the oldest read that could not be evidence
             drop = next((i for i, r in enumerate(self._pending) if not r.whole_cluster_preempted), 0)
             del self._pending[drop]
 
+    def wants_poll_now(self) -> bool:
+        """A read since the last poll found every node preempted: poll the job at once, so that a poll that
+        still sees it Running makes that read strong evidence (``_at_end``)."""
+        last = self._last_poll
+        return (
+            not self.terminal
+            and last is not None
+            and any(r.whole_cluster_preempted and r.taken > last for r in self._pending)
+        )
+
+    def _take(self, reading: GaugeReading) -> None:
+        """A read taken while the job ran: into the evidence (every-node reads also kept, for the end check)."""
+        self.gauge = self.gauge.observe(reading.compute, True, reading.preempted or 0, reading.nodes)
+        if reading.whole_cluster_preempted:
+            self._whole_reads.append(reading)
+
     def _settle(self, snapshot: JobSnapshot, now: float) -> None:
         """A poll: which pending reads were taken while the job ran (into ``gauge``), which stay pending."""
+        if snapshot.terminal:
+            self._at_end(snapshot)
+            return
         if not self._pending:
-            if snapshot.terminal:
-                self._just_after_end(snapshot.ended_at)  # the read at the end may be the first after it
             return
         was_running = self.running_since is not None  # the poll before this one saw Running
         if snapshot.status == GAUGE_STATE and was_running:
             last = self._last_poll if self._last_poll is not None else now
             ran = [r for r in self._pending if last <= r.taken <= now]
             self._pending = [r for r in self._pending if not last <= r.taken <= now]
-        elif snapshot.terminal:
-            start, end = snapshot.started_at, snapshot.ended_at
-            ran = []
-            for r in self._pending:
-                if end is None or r.at is None or r.at > end - CLOCK_MARGIN:
-                    continue
-                after_running_poll = was_running and self._last_poll is not None and r.taken >= self._last_poll
-                if after_running_poll or (start is not None and r.at >= start + CLOCK_MARGIN):
-                    ran.append(r)
-            self._just_after_end(end)
-            self._pending = []
-        else:
-            return  # started, or stopped running, since the last poll: the run times will decide
+            for r in sorted(ran, key=lambda r: r.taken):
+                self._take(r)
+        # else: started, or stopped running, since the last poll: the run times will decide
+
+    def _at_end(self, snapshot: JobSnapshot) -> None:
+        """The job was seen ended: run history's times decide the pending reads, and check the counted ones.
+
+        A read after run history's end time never counts, even one between two polls that said Running
+        (ARM may show an accepted cancel late). A read with every node preempted that only the run times
+        place inside the run (no poll saw the job Running after it: ``wants_poll_now`` asks for one at once)
+        may come after a person's cancel request, which ``CancelRequested`` hides from the times: weak
+        evidence, as the first read after the end is (the lifecycle reads the Activity Log again first).
+        """
+        was_running = self.running_since is not None
+        start, end = snapshot.started_at, snapshot.ended_at
+        ran: list[GaugeReading] = []
+        for r in self._pending:
+            if end is None or r.at is None or r.at > end - CLOCK_MARGIN:
+                continue
+            after_running_poll = was_running and self._last_poll is not None and r.taken >= self._last_poll
+            if after_running_poll or (start is not None and r.at >= start + CLOCK_MARGIN):
+                ran.append(r)
+        weak = [r for r in ran if r.whole_cluster_preempted]  # no poll saw it Running after them
         for r in sorted(ran, key=lambda r: r.taken):
-            self.gauge = self.gauge.observe(r.compute, r.low_priority, r.preempted or 0, r.nodes)
+            if r not in weak:
+                self._take(r)
+        if end is not None and self._whole_reads:
+            kept = [r.preempted or 0 for r in self._whole_reads if r.at is None or r.at <= end - CLOCK_MARGIN]
+            self.gauge = replace(self.gauge, whole_cluster_preempted=max(kept) if kept else None)
+        if weak:
+            self.gauge = self.gauge.near_end(max(r.preempted or 0 for r in weak))
+        self._just_after_end(end)
+        self._pending = []
 
     def _just_after_end(self, end: float | None) -> None:
         """Keep what the first read after run history's end time needs (it may be the read at the end).
@@ -234,8 +274,8 @@ class JobWatch:
         self._ended_at = end
         if end is None:
             return
-        before = [r for r in self._pending if r.at is not None and r.at <= end - CLOCK_MARGIN]
-        if before:
+        before = [r for r in self._recent if r.at is not None and r.at <= end and r.nodes is not None]
+        if before:  # any read before the end, counted as evidence or not
             self._nodes_before_end = max(before, key=lambda r: r.taken).nodes
         after = [r for r in self._pending if r.at is not None and r.at > end]
         if after:
@@ -253,7 +293,7 @@ class JobWatch:
             return
         if self._nodes_before_end is not None and (first.nodes or 0) < self._nodes_before_end:
             return
-        self.gauge = self.gauge.just_after_end(first.preempted or 0)
+        self.gauge = self.gauge.near_end(first.preempted or 0)
 
     def wants_usage(self) -> bool:
         """The job's compute is known: a reading now (or once more at its end) counts its nodes."""

@@ -36,8 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_azureml.lifecycle import Limits
-from airflow_azureml.outcomes import ActivityEvidence, JobSnapshot, Outcome, classify
+from airflow_azureml import lifecycle
+from airflow_azureml.lifecycle import BackOff, CheckDuplicate, Limits, ResubmissionState, Resubmit
+from airflow_azureml.outcomes import ActivityEvidence, GaugeEvidence, JobSnapshot, Outcome, classify
 from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy
 
 WALL = 1_700_000_000.0  # the model's epoch: the wait's monotonic 0 is this wall-clock time
@@ -139,7 +140,7 @@ def draw(rng: random.Random, kind: str) -> Timeline:
             cancel_requested_at=None,
         )
     cancel = start + rng.uniform(0, length)
-    landed = cancel + rng.uniform(0, 5)
+    landed = cancel + rng.uniform(0, 60)  # CancelRequested until then: Azure documents no bound
     if kind == "person's cancel of A, B preempted":
         shared, nodes = True, max(nodes, 2)
         job_nodes = max(1, nodes // 2)
@@ -181,8 +182,9 @@ class Result:
     seen_ended: float | None  # when the wait saw the job ended (None: a hang)
     reads: int
     witness: str = ""
-    # the Activity Log shows the cancel request once the wait for late evidence is spent
-    logged_after_wait: bool = False
+    snapshot: JobSnapshot | None = None
+    gauge: GaugeEvidence | None = None
+    timeline: Timeline | None = None
 
 
 def wait(timeline: Timeline, policy: PollingPolicy, rng: random.Random) -> Result:
@@ -197,14 +199,17 @@ def wait(timeline: Timeline, policy: PollingPolicy, rng: random.Random) -> Resul
         if delay is None:
             watch.offer_gauge(timeline.reading(t + 0.2), now=t + 0.3)  # the wait's read at the end
             verdict = classify(snapshot, gauge=watch.gauge, activity=timeline.activity(t + 0.5))
-            later = classify(snapshot, gauge=watch.gauge, activity=timeline.activity(t + 0.5 + EVIDENCE_WAIT))
-            logged = later.witness == "activity_log"
-            return Result(verdict.outcome, verdict.ambiguous, t, reads, verdict.witness, logged)
+            return Result(
+                verdict.outcome, verdict.ambiguous, t, reads, verdict.witness, snapshot, watch.gauge, timeline
+            )
         next_poll = t + delay
         now = t + 0.2  # the compute read follows the job read
         while True:
             reads += 1
             watch.offer_gauge(timeline.reading(now), now=now + 0.1)
+            if watch.wants_poll_now():  # as the waits do: every node preempted, poll the job at once
+                next_poll = now + 0.2
+                break
             evidence = watch.evidence_delay(now=now + 0.1)
             if evidence is None or now + 0.1 + evidence >= next_poll:
                 break
@@ -213,20 +218,43 @@ def wait(timeline: Timeline, policy: PollingPolicy, rng: random.Random) -> Resul
     return Result(Outcome.RUNNING, False, None, reads)
 
 
+def decide(result: Result, on_ambiguous: str) -> float | None:
+    """The lifecycle's own decisions on the ended job (``lifecycle.verdict``, ``on_end``, ``after_cancel``), as
+    the operator carries them out: when it decides to resubmit (model seconds), or None (the try fails).
+    A wait for late evidence moves the clock on and asks again, with the Activity Log as it is then."""
+    assert result.snapshot is not None and result.timeline is not None and result.seen_ended is not None
+    limits = Limits(on_ambiguous_cancel="resubmit" if on_ambiguous == "resubmit" else "fail")
+    state = ResubmissionState(key="k", job_names=[result.snapshot.name], next_resubmission=1)
+    t, gauge = result.seen_ended + 0.5, result.gauge
+    for _ in range(4):
+        activity = result.timeline.activity(t)
+        decision, found = lifecycle.verdict(state, result.snapshot, gauge, activity)
+        decision = lifecycle.on_end(decision.state, result.snapshot.name, found, limits, watched=True, now=t)
+        last = decision.actions[-1]
+        if isinstance(last, CheckDuplicate):
+            decision = lifecycle.after_cancel(
+                decision.state, last.job, watched=True, kept_instead=None, limits=limits, resubmit=last.resubmit, now=t
+            )
+            last = decision.actions[-1]
+        state = decision.state
+        if isinstance(last, Resubmit):
+            return t
+        if not isinstance(last, lifecycle.Wait):
+            return None
+        t += next(a.seconds for a in decision.actions if isinstance(a, BackOff))
+        gauge = None  # the wait's reads are not repeated: the try after the wait has the kept reason only
+    raise AssertionError("the lifecycle kept waiting")
+
+
 def resubmitted(result: Result, on_ambiguous: str) -> bool:
-    """What ``lifecycle.on_end``/``after_cancel`` do with the verdict: a preemption on weak evidence (the read
-    just after the end), and under "resubmit" an ambiguous cancel, are resubmitted only if the Activity Log
-    shows no cancel request after the evidence wait."""
-    if result.outcome is Outcome.PREEMPTED:
-        return result.witness != "gauge_after_end" or not result.logged_after_wait
-    return result.ambiguous and on_ambiguous == "resubmit" and not result.logged_after_wait
+    return decide(result, on_ambiguous) is not None
 
 
 def decided_after(result: Result, lost_at: float) -> float:
     """From the loss to the decision to resubmit (the evidence wait included)."""
-    assert result.seen_ended is not None
-    extra = EVIDENCE_WAIT if result.witness == "gauge_after_end" else 0.0
-    return result.seen_ended + extra - lost_at
+    when = decide(result, "fail")
+    assert when is not None
+    return when - lost_at
 
 
 def corner(timeline: Timeline, policy: PollingPolicy) -> str:
@@ -257,16 +285,17 @@ def sweep(runs: int, seed: int, cadence: bool) -> dict[str, Any]:
             if result.seen_ended is None:
                 row["hang"] += 1
                 continue
-            row["fail"] += resubmitted(result, "fail")
+            row_resubmitted = resubmitted(result, "fail")
+            row["fail"] += row_resubmitted
             row["resubmit"] += resubmitted(result, "resubmit")
             if result.seen_ended >= 3600:  # waits of an hour or more: what the cadence costs an hour
                 reads.append(result.reads / (result.seen_ended / 3600))
-            if kind == "preemption" and result.witness == "gauge_after_end":
+            if kind == "preemption" and result.witness == "gauge_near_end":
                 waited.append(1)
             if kind == "preemption":
-                if result.outcome is Outcome.PREEMPTED and timeline.lost_at is not None:
+                if row_resubmitted and timeline.lost_at is not None:
                     delays.append(decided_after(result, timeline.lost_at))
-                elif result.outcome is not Outcome.PREEMPTED:
+                elif not row_resubmitted:
                     key = corner(timeline, policy)
                     corners[key] = corners.get(key, 0) + 1
         table[label] = {
@@ -313,7 +342,7 @@ def report(table: dict[str, Any], title: str, targets: bool) -> list[str]:
         share = pct(data["waited"], data["rows"]["preemption"]["n"])
         print(
             f"{'':<18}preemption -> decision to resubmit: p50 {p50:.0f} s, max {worst:.0f} s "
-            f"({share:.1f} % waited {EVIDENCE_WAIT:.0f} s for the Activity Log: seen only just after the end); "
+            f"({share:.1f} % waited {EVIDENCE_WAIT:.0f} s for the Activity Log: seen only near its end); "
             f"compute reads per hour of a wait, median {reads:.0f}"
         )
         for name, ok in checks:

@@ -210,8 +210,8 @@ class AzureMLHook(BaseHook):
         try:
             client = self.rest()
             cancels = self._with_transient_retries(lambda: client.job_cancels(snapshot.name, since, now + 300))
-        except (AzureMLError, TransientRestError) as exc:
-            note = str(exc)
+        except Exception as exc:  # a witness that cannot be read is left out; it never fails the task
+            note = scrub(str(exc)) if isinstance(exc, (AzureMLError, TransientRestError)) else type(exc).__name__
             if " 403" in note or "AuthorizationFailed" in note:
                 note = (
                     "no read access: the identity needs Reader on the resource group "
@@ -337,6 +337,9 @@ class AzureMLHook(BaseHook):
                 reading = self._gauge_reading(snapshot.compute, max_age)
                 watch.offer_gauge(reading)  # evidence only from readings taken while the job ran
                 watch.offer_usage(reading)
+                if watch.wants_poll_now():  # every node preempted: is the job still Running?
+                    next_poll = time.monotonic()
+                    break
                 evidence = watch.evidence_delay()  # between polls, the cluster is read at the evidence cadence
                 if evidence is None or time.monotonic() + evidence >= next_poll:
                     break

@@ -196,6 +196,9 @@ def job_cancels(events: list[Any], job_id: str) -> list[tuple[str, float]]:
         name = operation.get("value") if isinstance(operation, dict) else operation
         if str(name or "").lower() != JOB_CANCEL_OPERATION or str(event.get("resourceId") or "").lower() != job_id:
             continue
+        status = event.get("status")
+        if str((status.get("value") if isinstance(status, dict) else status) or "").lower() == "failed":
+            continue  # a cancel ARM refused (no permission, say) cancelled nothing
         when = _utc(event.get("eventTimestamp"))
         key = str(event.get("correlationId") or event.get("eventDataId") or len(seen))
         if when is not None and (key not in seen or when < seen[key][1]):
@@ -239,10 +242,9 @@ class _ClientBase:
             return set()
         return {str(claims[k]) for k in ("oid", "appid", "azp") if isinstance(claims, dict) and claims.get(k)}
 
-    def _activity_query(self, since: float, until: float) -> dict[str, str]:
-        group = self.paths.settings.resource_group
+    def _activity_query(self, since: float, until: float, resource_id: str) -> dict[str, str]:
         text = f"eventTimestamp ge '{_utc_text(since)}' and eventTimestamp le '{_utc_text(until)}'"
-        return {"api-version": ACTIVITY_LOG_API_VERSION, "$filter": f"{text} and resourceGroupName eq '{group}'"}
+        return {"api-version": ACTIVITY_LOG_API_VERSION, "$filter": f"{text} and resourceUri eq '{resource_id}'"}
 
     @staticmethod
     def _renewal(response: Any) -> str | None:
@@ -350,18 +352,22 @@ class RestClient(_ClientBase):
 
     def job_cancels(self, name: str, since: float, until: float) -> list[tuple[str, float]]:
         """The cancel requests of job ``name`` that the Activity Log shows between ``since`` and ``until``."""
+        job_id = self.paths.job(name)[len(self.paths.settings.resource_manager_url) :]
         url: str | None = self.paths.activity_log()
-        query: dict[str, str] | None = self._activity_query(since, until)
+        query: dict[str, str] | None = self._activity_query(since, until, job_id)
         events: list[Any] = []
         for _ in range(ACTIVITY_LOG_MAX_PAGES):
-            if not url:
-                break
-            page = self.request("GET", url, params=query, what="read the Activity Log")
-            if not isinstance(page, dict):
-                raise MalformedResponse("read the Activity Log: the answer is not an object")
-            events.extend(page.get("value") or [])
+            page = self.request("GET", str(url), params=query, what="read the Activity Log")
+            value = page.get("value") if isinstance(page, dict) else None
+            if not isinstance(value, list):
+                raise MalformedResponse("read the Activity Log: the answer holds no list of events")
+            events.extend(value)
             url, query = page.get("nextLink"), None
-        return job_cancels(events, self.paths.job(name)[len(self.paths.settings.resource_manager_url) :].lower())
+            if not url:
+                return job_cancels(events, job_id.lower())
+            if not isinstance(url, str) or not url.startswith(self.paths.settings.resource_manager_url + "/"):
+                raise MalformedResponse("read the Activity Log: a nextLink outside Azure Resource Manager")
+        raise MalformedResponse(f"read the Activity Log: more than {ACTIVITY_LOG_MAX_PAGES} pages of events")
 
     def list_jobs(self, params: dict[str, str]) -> Iterator[dict[str, Any]]:
         url: str | None = self.paths.url("/jobs")

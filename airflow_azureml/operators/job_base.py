@@ -332,13 +332,13 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """A terminal job becomes a result, an exception, or the next job of the chain (returns None)."""
         judged_before = snapshot.name in state.counted
         activity = None
-        if snapshot.status == "Canceled" and not judged_before and snapshot.name not in state.airflow_canceled:
+        if snapshot.status == "Canceled" and not judged_before:  # (Airflow's record may be dropped in verdict)
             activity = self.hook.job_cancel_requests(snapshot)  # who sent a cancel through ARM, if anyone
         decision, verdict = lifecycle.verdict(state, snapshot, gauge, activity)
         self._apply(context, state, decision)
         if not judged_before:
             self._report(context, snapshot, verdict)
-        decision = lifecycle.on_end(state, snapshot.name, verdict, self._limits(), watched=watched)
+        decision = lifecycle.on_end(state, snapshot.name, verdict, self._limits(), watched=watched, now=time.time())
         return self._apply(context, state, decision, snapshot, verdict)
 
     def _wait_current(self, context: Any, state: ResubmissionState) -> tuple[JobSnapshot, GaugeEvidence | None]:
@@ -459,6 +459,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                     kept_instead=kept,
                     limits=self._limits(),
                     resubmit=action.resubmit,
+                    now=time.time(),
                 )
                 return self._apply(context, state, then, snapshot, verdict)
             elif isinstance(action, lifecycle.BackOff):
@@ -609,6 +610,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """
         state = self._state
         if state is None or state.current is None:
+            return
+        if state.current in state.counted or state.evidence_waited == state.current:
+            # it ended (a back-off, or the wait for late evidence, came after): recording a cancel of it as
+            # Airflow's would make the retry submit the next job whatever the Activity Log shows
+            self.log.warning("Task killed while job %s had already ended; nothing to cancel.", state.current)
             return
         self.log.warning("Task killed; cancelling Azure ML job %s.", state.current)
         try:

@@ -94,6 +94,7 @@ class WorkspacePoller:
         self._closing = False
         self.stats = PollerStats()
         self._last_page: dict[str, int] = {}  # the LIST page (1-based) each waited job was last found on
+        self._poll_now = False  # a read found every node of a waited job's cluster preempted: poll at once
 
     @classmethod
     def for_connection(cls, conn_id: str) -> WorkspacePoller:
@@ -150,9 +151,11 @@ class WorkspacePoller:
                 list_mode = len(waits) > DIRECT_GET_LIMIT
                 now = time.monotonic()
                 if list_mode:
-                    due = waits if now >= list_due or any(w.watch.polls == 0 for w in waits) else []
+                    new = any(w.watch.polls == 0 and w.watch.transient_errors == 0 for w in waits)  # just joined
+                    due = waits if now >= list_due or new or self._poll_now else []
                 else:
                     due = [w for w in waits if w.due <= now]
+                self._poll_now = False
                 retry_delay = 0.0
                 if due:
                     try:
@@ -186,7 +189,9 @@ class WorkspacePoller:
                     await self._sample_gauges(evidence)
                 if not self._live():
                     continue
-                if list_mode and len(self._live()) > DIRECT_GET_LIMIT:
+                if self._poll_now:
+                    poll_delay = 0.0
+                elif list_mode and len(self._live()) > DIRECT_GET_LIMIT:
                     poll_delay = max(0.0, list_due - time.monotonic())
                 else:
                     poll_delay = self._next_delay()
@@ -381,6 +386,9 @@ class WorkspacePoller:
             now = time.monotonic()
             for wait in waits:
                 wait.watch.offer_gauge(reading, now)  # evidence only from readings taken while the job ran
+                if wait.watch.wants_poll_now():  # every node preempted: is the job still Running?
+                    wait.due = now
+                    self._poll_now = True
                 wait.watch.offer_usage(reading)
 
     def _resolve_ended(self, due: list[_Wait]) -> None:

@@ -38,7 +38,7 @@ CASES = {
         {"capacity_cancel_after_seconds": 0, "preempted_node_release_seconds": 30},
         {"interval": 0.5, "max_interval": 0.5, "jitter": 0, "evidence_interval": 1},
         "preemption",
-        "gauge_after_end",
+        "gauge_near_end",
     ),
     # cancelled at once and the nodes gone within a tenth of the evidence interval: no witness
     "replaced at once": (
@@ -74,7 +74,7 @@ def test_the_model_reaches_the_operators_verdict(
     if verdict["outcome"] == "succeeded":  # resubmitted: the XCom holds the last job's; the log the first's
         log = capfd.readouterr().out
         assert "was wholly preempted" in log, verdict
-        real = "gauge_after_end" if "at the first read after its end" in log else "gauge"
+        real = "gauge_near_end" if "at a read near its end" in log else "gauge"
     first = workspace.jobs()[0]
     submit = first.created.timestamp()
     timeline = Timeline(

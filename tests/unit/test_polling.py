@@ -173,13 +173,16 @@ def _whole(taken: float, at: float) -> GaugeReading:
     return GaugeReading("c", True, 2, taken, 2, at=at)
 
 
-def test_a_read_after_the_last_running_poll_counts_if_run_history_says_the_job_still_ran() -> None:
+def test_a_read_after_the_last_running_poll_is_weak_evidence_if_run_history_says_the_job_still_ran() -> None:
+    """No poll saw the job Running after it: a person's cancel may have come first (CancelRequested hides it
+    from the run times), so the lifecycle reads the Activity Log again before resubmitting."""
     watch = JobWatch(PollingPolicy(interval=100, max_interval=100, jitter=0))
     watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=0)
     watch.offer_gauge(_whole(taken=5, at=1005))  # every node preempted, 5 s after the poll
     watch.offer_gauge(_whole(taken=50, at=1050))  # still, after the job had ended
     watch.observe(JobSnapshot(name="j", status="Canceled", compute="c", ended_at=1030), now=100)
-    assert watch.gauge.samples == 1 and watch.gauge.lost_nodes_of(2)
+    assert watch.gauge.whole_cluster_preempted is None and watch.gauge.whole_cluster_preempted_near_end == 2
+    assert watch.gauge.lost_nodes_of(2)
 
 
 def test_a_read_after_the_job_ended_never_counts() -> None:
@@ -195,14 +198,14 @@ def test_a_read_after_the_job_ended_never_counts() -> None:
     assert unknown.gauge.samples == 0
 
 
-def test_a_read_before_the_first_running_poll_counts_between_run_historys_start_and_end() -> None:
+def test_a_read_before_the_first_running_poll_counts_between_run_historys_start_and_end_as_weak() -> None:
     watch = JobWatch(PollingPolicy(interval=100, max_interval=100, jitter=0))
     watch.observe(JobSnapshot(name="j", status="Queued", compute="c"), now=0)
     watch.offer_gauge(GaugeReading("c", True, 0, 2, 2, at=1002))  # queued still: before the start
     watch.offer_gauge(_whole(taken=20, at=1020))  # started at 1010, so it ran
     watch.observe(JobSnapshot(name="j", status="Canceled", compute="c", started_at=1010, ended_at=1040), now=100)
-    assert watch.gauge.samples == 1 and watch.gauge.lost_nodes_of(2)
-    assert watch.gauge.first_while_running == 2  # the read at 1002 was not taken while it ran
+    assert watch.gauge.whole_cluster_preempted_near_end == 2 and watch.gauge.lost_nodes_of(2)
+    assert watch.gauge.samples == 0  # the read at 1002 was not taken while it ran; the one at 1020 is weak
 
 
 def test_the_evidence_cadence_reads_between_polls_and_stops_at_the_end() -> None:
