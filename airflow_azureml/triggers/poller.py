@@ -187,8 +187,6 @@ class WorkspacePoller:
                 evidence = [w for w in self._live() if id(w) not in polled and _evidence_due(w)]
                 if evidence:
                     await self._sample_gauges(evidence)
-                if not self._live():
-                    continue
                 if self._poll_now:
                     poll_delay = 0.0
                 elif list_mode and len(self._live()) > DIRECT_GET_LIMIT:
