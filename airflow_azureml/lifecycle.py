@@ -503,19 +503,27 @@ def _wait_for_evidence(
     person's cancel followed at once by a preemption looks the same, and the person's request shows in the
     Activity Log minutes late."""
     steps = _Steps(state)
-    first = steps.state.evidence_waited != job
-    steps.state.evidence_waited = job
-    steps.state.evidence_reason = reason
-    if first or steps.state.evidence_until is None:
-        steps.state.evidence_until = now + seconds if now is not None else None
     message = (
         f"Job {job} looks preempted ({reason}), seen only near its end: reading the Activity Log again in "
         f"{seconds:.0f}s before resubmitting (a person's cancel there would be final)."
     )
+    _spend_evidence_wait(steps, job, reason, message, limits, seconds, now)
+    return steps.done()
+
+
+def _spend_evidence_wait(
+    steps: _Steps, job: str, kept: str | None, message: str, limits: Limits, seconds: float, now: float | None
+) -> None:
+    """Remember the wait (its deadline, and ``kept``: the weak verdict's reason, which stands after it unless a
+    person's cancel shows), then back off and look at the job again."""
+    state = steps.state
+    if state.evidence_waited != job or state.evidence_until is None:
+        state.evidence_until = now + seconds if now is not None else None
+    state.evidence_waited = job
+    state.evidence_reason = kept
     steps.add(Log(logging.INFO, message))
     steps.remember()
     steps.add(BackOff(job, seconds, in_triggerer=limits.deferrable), Wait())
-    return steps.done()
 
 
 def after_cancel(
@@ -552,17 +560,11 @@ def after_cancel(
     left = _evidence_wait_left(state, job, limits, now) if resubmit is not None and limits is not None else 0.0
     if left > 0 and limits is not None:
         # A person's cancel shows in the Activity Log minutes late: wait for it before overriding anyone.
-        if state.evidence_waited != job or state.evidence_until is None:
-            state.evidence_until = now + left if now is not None else None
-        state.evidence_waited = job
-        state.evidence_reason = None
         message = (
             f"Job {job} was cancelled and no witness tells by whom yet; on_ambiguous_cancel='resubmit': looking "
             f"at the Activity Log again in {left:.0f}s before resubmitting."
         )
-        steps.add(Log(logging.INFO, message))
-        steps.remember()
-        steps.add(BackOff(job, left, in_triggerer=limits.deferrable), Wait())
+        _spend_evidence_wait(steps, job, None, message, limits, left, now)
         return steps.done()
     if resubmit is not None and limits is not None:
         message = (

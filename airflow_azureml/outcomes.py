@@ -125,8 +125,8 @@ class JobSnapshot:
             properties={str(k): str(v) for k, v in run_props.items() if v is not None},
             instance_count=_count((props.get("compute") or {}).get("instanceCount"))
             or _count((props.get("resources") or {}).get("instanceCount")),
-            started_at=_utc(details.get("startTimeUtc")),
-            ended_at=_utc(details.get("endTimeUtc")),
+            started_at=utc_epoch(details.get("startTimeUtc")),
+            ended_at=utc_epoch(details.get("endTimeUtc")),
         )
 
 
@@ -139,7 +139,7 @@ def _epoch(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _utc(value: Any) -> float | None:
+def utc_epoch(value: Any) -> float | None:
     """Run history's ISO 8601 UTC time as epoch seconds; None for anything else (Azure's recordings hold
     the string "null" where a time is unset)."""
     if not isinstance(value, str) or not value or value == "null":

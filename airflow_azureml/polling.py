@@ -179,8 +179,11 @@ class JobWatch:
         read older than one already offered (the same read twice, or a shared one from before).
         """
         self._offered_at = time.monotonic() if now is None else now  # a failed read also waits out the cadence
-        if reading is not None and self.terminal and self._ended_at is not None:
-            self._after_end(reading)  # the read at the end: the first after it, if none came before
+        if reading is not None and self.terminal:
+            if self.gauge.at_end is None and reading.preempted is not None:
+                self.gauge = self.gauge.ended(reading.preempted)  # logged with the verdict
+            if self._ended_at is not None:
+                self._after_end(reading)  # the read at the end: the first after it, if none came before
         if reading is None or self.terminal or self._last_poll is None:
             return
         if self._gauge_taken is not None and reading.taken <= self._gauge_taken:

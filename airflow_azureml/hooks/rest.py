@@ -186,7 +186,7 @@ def job_cancels(events: list[Any], job_id: str) -> list[tuple[str, float]]:
     Matched case-insensitively on the operation and the resource id (ARM's casing of both varies);
     a request's events (Started, Accepted, ...) share its correlation id.
     """
-    from airflow_azureml.outcomes import _utc
+    from airflow_azureml.outcomes import utc_epoch
 
     seen: dict[str, tuple[str, float]] = {}
     for event in events:
@@ -199,7 +199,7 @@ def job_cancels(events: list[Any], job_id: str) -> list[tuple[str, float]]:
         status = event.get("status")
         if str((status.get("value") if isinstance(status, dict) else status) or "").lower() == "failed":
             continue  # a cancel ARM refused (no permission, say) cancelled nothing
-        when = _utc(event.get("eventTimestamp"))
+        when = utc_epoch(event.get("eventTimestamp"))
         key = str(event.get("correlationId") or event.get("eventDataId") or len(seen))
         if when is not None and (key not in seen or when < seen[key][1]):
             seen[key] = (str(event.get("caller") or ""), when)

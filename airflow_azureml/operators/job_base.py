@@ -262,7 +262,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         gauge = GaugeEvidence.from_dict(event["gauge_evidence"]) if event.get("gauge_evidence") else None
         snapshot = JobSnapshot.from_dict(event["job"])
-        return self._proceed(context, state, snapshot, watched=True, gauge=self._close_gauge(snapshot, gauge))
+        return self._proceed(context, state, snapshot, watched=True, gauge=gauge)
 
     def resume_after_backoff(self, context: Any, event: Any = None) -> dict[str, Any]:
         """Back from the resubmission back-off spent in the triggerer: submit the next job, then wait."""
@@ -304,8 +304,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             else:
                 how = "waiting until it ends" if snapshot.status == "CancelRequested" else "attaching"
                 self.log.info("Found job %s from an earlier attempt (%s); %s.", snapshot.name, snapshot.status, how)
-            snapshot, gauge = self._wait_current(context, state)
-            gauge = self._close_gauge(snapshot, gauge)
+            snapshot, gauge = self._wait_current(context, state)  # the wait read the cluster at the end too
             watched = True
 
     def _discover(self, state: ResubmissionState, *, newest: bool = True) -> JobSnapshot | None:
@@ -368,21 +367,6 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 return snapshot, gauge
             except AzureMLJobQueueTimeoutError as exc:
                 self._queued_too_long(context, state, name, str(exc))  # returns once moved to the fallback
-
-    def _close_gauge(self, snapshot: JobSnapshot, gauge: GaugeEvidence | None) -> GaugeEvidence | None:
-        """A job seen Canceled after the gauge was sampled while it ran: read the gauge once more, now.
-
-        Azure cancels a job whose cluster lost its nodes at once, and those nodes stay counted as
-        preempted until they are deallocated, so this read bounds the run. One read per cancelled job.
-        """
-        if snapshot.status != "Canceled" or gauge is None or gauge.samples < 1 or gauge.at_end is not None:
-            return gauge
-        try:
-            facts = self.hook.compute_facts(gauge.compute or snapshot.compute)
-        except AzureMLError as exc:
-            self.log.info("Could not read compute %s for its preemption gauge: %s", gauge.compute, exc)
-            return gauge
-        return gauge.ended(facts.preempted_node_count if facts is not None else None)
 
     def _queued_too_long(self, context: Any, state: ResubmissionState, job_name: str, message: str) -> None:
         """No capacity for too long: returns once moved to the fallback, else raises (``lifecycle``)."""
