@@ -158,8 +158,8 @@ class SpotHistory:
 
     def record_start(self, job: str, now: float) -> SpotHistory:
         """The spot job ``job`` got its nodes at ``now``: its exposure counts from now until it ends."""
-        if job in self.ended:
-            return self  # ended already: a start recorded late (or replayed) does not bring it back
+        if job in self.ended or job in self.running:
+            return self  # ended already, or started: a start recorded late (or again) changes nothing
         base = self.decayed(now)
         return replace(base, running={**base._live(now), job: now}, updated_at=now)
 

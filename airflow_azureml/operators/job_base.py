@@ -349,6 +349,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 self._add_usage(context, state, self.hook.usage_sample(snapshot, self.polling.interval))
             if snapshot is not None and snapshot.terminal:
                 return snapshot, None
+            if snapshot is not None:
+                self._on_status(snapshot)
             state.deferred_on = name  # a clear while deferred: Airflow's trigger on_kill cancels this job
             self._remember(context, state)
             from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's trigger base: not at DAG parse
@@ -361,7 +363,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         while True:
             try:  # the wait samples the compute's preemption gauge while the job runs: the evidence
                 snapshot, gauge, usage = self.hook.wait_for_job_evidence(
-                    name, self.polling, self._log_status, with_usage=True
+                    name, self.polling, self._on_status, with_usage=True
                 )
                 self._add_usage(context, state, usage)
                 return snapshot, gauge
@@ -531,8 +533,6 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.next_resubmission = n + 1
         state.submitting = None
         self._remember(context, state)  # first thing after the submit returns
-        if not state.on_fallback(name):
-            self._spot().started(name)
         self._persist_links(context, state, name)
 
     def _persist_links(self, context: Any, state: ResubmissionState, current: str) -> None:
@@ -583,8 +583,13 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         if store is not None:
             store.set(STATE_KEY, state.to_store())
 
-    def _log_status(self, snapshot: JobSnapshot) -> None:
+    def _on_status(self, snapshot: JobSnapshot) -> None:
+        """A wait saw the job's status change. Running on spot: its exposure counts from now (issue 18 §3:
+        a job queued for capacity is not exposed, and counting its queue time made spot look safer)."""
         self.log.info("Job %s is %s.", snapshot.name, snapshot.status)
+        state = self._state
+        if snapshot.status == "Running" and state is not None and not state.on_fallback(snapshot.name):
+            self._spot().started(snapshot.name)
 
     def on_kill(self) -> None:
         """The task was killed (marked failed, cleared, timed out): cancel the job we started.

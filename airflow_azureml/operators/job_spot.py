@@ -2,7 +2,7 @@
 
 A collaborator of ``operators/job_base.py`` behind four calls: ``decide`` (stay on spot or move to the
 fallback), ``record`` (what a watched job showed), ``close`` (a job's end closes its running entry)
-and ``started`` (a job sent to spot counts as exposure from now). The rules are in ``spot_policy``;
+and ``started`` (a job seen Running on spot counts as exposure from now). The rules are in ``spot_policy``;
 the store is ``spot_history_store``; this module only wires them to one unit's jobs.
 """
 
@@ -197,7 +197,8 @@ class SpotCluster:
         store.update(lambda history, known: (history.record_end(job=job, exposure_hours=held, now=time.time()), known))
 
     def started(self, job: str) -> None:
-        """A job sent to spot counts as exposure from now until it ends (concurrent partitions' too)."""
+        """A spot job a wait saw Running counts as exposure from now until it ends (concurrent partitions'
+        too). Its queue time never counts; a deferred job's exposure is recorded at its end."""
         store = self.store()
         if store is None or not self.has_fallback:
             return

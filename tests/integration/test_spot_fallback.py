@@ -17,7 +17,7 @@ from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
 from tests.helpers import preempt
 from tests.integration.test_emulator_sdk import input_ids, prediction_ids, setup_workspace
-from tests.integration.test_exactly_once import when_sampled
+from tests.integration.test_exactly_once import compute_reads_since, when_sampled
 from tests.integration.test_operators import INPUT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -302,3 +302,65 @@ def test_a_fallback_on_low_priority_compute_is_refused_before_any_job(workspace:
     assert str(run.state) == "failed"
     assert failures[0]["type"] == "AzureMLConfigError" and "low-priority" in failures[0]["message"]
     assert workspace.jobs() == []
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_a_job_queued_on_spot_adds_no_exposure(workspace: Emulator, run_case, deferrable: bool) -> None:
+    """Issue 18 §3: exposure counts only while a job's nodes run. A job queued on a spot cluster with no
+    capacity is not "running" in the cluster's history (it would lower the rate: spot would look safer
+    the less capacity it has); a polling wait adds it once it sees the job Running."""
+    import threading
+    import time
+
+    cluster = "low-pri-cluster"
+    workspace.set_capacity(cluster, 0)
+    seen: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def histories() -> dict[str, Any]:
+        return {k: v["history"] for k, v in workspace.spot_histories().items()}
+
+    def watch() -> None:
+        while not stop.is_set():
+            jobs = [j for j in workspace.jobs() if j.compute == cluster]
+            queued = jobs and jobs[0].status == "Queued"
+            if "queued" not in seen and queued and compute_reads_since(workspace, jobs[0].created.timestamp()) >= 1:
+                # the operator read the cluster for the queued job: it recorded what it records at submit
+                seen["job"], seen["queued"] = jobs[0].name, histories()
+                workspace.set_capacity(cluster, None)
+            elif "queued" in seen and jobs and jobs[0].status == "Running" and not deferrable:
+                now = histories()  # the wait that saw it Running records its start: wait for that write
+                if any(jobs[0].name in h.get("running", {}) for h in now.values()):
+                    seen["running"], seen["started"] = now, jobs[0].started.timestamp()
+                    workspace.release_job(jobs[0].name)
+                    return
+            time.sleep(0.02)
+
+    if not deferrable:
+        workspace.hold_cluster(cluster)  # the job's end waits for the watcher's read while it runs
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        run, failures = run_case("azureml_invoke_case", {"fallback_deployment": FALLBACK, "deferrable": deferrable})
+    finally:
+        stop.set()
+        watcher.join(5)
+        workspace.hold_cluster(cluster, held=False)
+    assert str(run.state) == "success", (task_states(run), failures)
+    assert "queued" in seen, "the watcher never saw the job queued"
+    job = seen["job"]
+    queued = [h.get("running", {}) for h in seen["queued"].values()]
+    assert all(job not in running for running in queued), f"a queued job counted as exposure: {seen['queued']}"
+    if not deferrable:
+        assert "running" in seen, "the polling wait never recorded the job's start"
+        (running,) = [h["running"] for h in seen["running"].values()]
+        assert running[job] >= seen["started"] - 1, running  # from when its nodes ran, not from its submit
+    (record,) = workspace.spot_histories().values()
+    assert record["history"]["running"] == {}, record["history"]  # its end closed its exposure
+    assert 0 < record["history"]["exposure_hours"] * 3600 < run_seconds(workspace, job)
+
+
+def run_seconds(emulator: Emulator, job_name: str) -> float:
+    """Seconds from the job's start (nodes allocated) to its end, as the emulator ran it, plus a second."""
+    (job,) = [j for j in emulator.jobs() if j.name == job_name]
+    return (job.ended - job.started).total_seconds() + 1.0

@@ -299,3 +299,11 @@ def test_an_end_recorded_twice_counts_once() -> None:
     assert SpotHistory.from_dict(json.loads(json.dumps(once.to_dict()))) == once
     with pytest.raises(ValueError, match="ended"):
         SpotHistory.from_dict({**once.to_dict(), "ended": "a"})
+
+
+def test_a_start_seen_again_keeps_the_first_one() -> None:
+    """A retry's wait sees a Running job again: its exposure still counts from the first time it was seen."""
+    start = 1_000_000.0
+    history = SpotHistory().record_start("a", start)
+    assert history.record_start("a", start + 600) == history
+    assert history.exposure(start + 1800) == pytest.approx(0.5)
