@@ -75,6 +75,40 @@ def has_trigger_on_kill() -> bool:
     return callable(getattr(BaseTrigger, "on_kill", None))
 
 
+async def task_instance_state(ti: Any) -> str | None:
+    """The state Airflow's metadata holds now for ``ti`` (a trigger's ``task_instance``), asked from inside
+    the triggerer through its supervisor (the Execution API's task-states read); None when it can't be told.
+
+    Why: Airflow 3.3 calls a trigger's ``on_kill`` for a person's action, but also when the trigger moved to
+    another triggerer (apache/airflow#73454, open): only the task's state tells the two apart.
+    """
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import GetTaskStates
+    except ImportError:
+        return None
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    fields = [getattr(ti, name, None) for name in ("dag_id", "run_id", "task_id")]
+    if comms is None or not hasattr(comms, "asend") or not all(isinstance(f, str) for f in fields):
+        return None
+    dag_id, run_id, task_id = fields
+    map_index = getattr(ti, "map_index", None)
+    map_index = map_index if isinstance(map_index, int) else -1
+    try:
+        result = await comms.asend(
+            GetTaskStates(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=map_index)
+        )
+    except Exception:
+        log.warning("Could not read the state of task %s/%s/%s.", dag_id, run_id, task_id, exc_info=True)
+        return None
+    states = (getattr(result, "task_states", None) or {}).get(run_id) or {}
+    key = task_id if map_index < 0 else f"{task_id}_{map_index}"
+    if key not in states:
+        return None
+    state = states[key]
+    return str(getattr(state, "value", state)) if state is not None else "none"
+
+
 @functools.cache
 def has_conn_fields() -> bool:
     """Airflow 3.2's providers manager first builds the connection form from the provider info's

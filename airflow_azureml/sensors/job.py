@@ -64,6 +64,7 @@ class AzureMLJobSensor(BaseSensorOperator):
                 azure_ml_conn_id=self.azure_ml_conn_id,
                 polling=self.polling,
                 wait_for_creation=True,  # as poke mode: the job may be submitted later, by another DAG
+                cancel_on_kill=False,  # the job is watched, not owned: marking the sensor failed leaves it running
             ),
             method_name="execute_complete",
             timeout=self.execution_timeout or timedelta(seconds=self.timeout),

@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -116,6 +117,66 @@ def test_trigger_on_kill_cancels_the_job(jobs: tuple[Emulator, Any]) -> None:
     asyncio.run(trigger.on_kill())
     job = emulator.job(name)
     assert job is not None and job.cancel_requested
+
+
+class FakeSupervisor:
+    """The triggerer's supervisor as a trigger sees it (``SUPERVISOR_COMMS.asend``), answering the task-states
+    read with ``state`` for the one task instance: the edge between a trigger and Airflow's Execution API."""
+
+    def __init__(self, state: str | None) -> None:
+        self.state = state
+        self.asked: list[Any] = []
+
+    async def asend(self, msg: Any) -> Any:
+        from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
+
+        if not isinstance(msg, GetTaskStates):
+            return None  # what else a trigger's libraries send (a secret to mask): acknowledged
+        self.asked.append(msg)
+        return TaskStatesResult(task_states={"run-1": {"score_7": self.state}})
+
+
+def killed_trigger(ml: Any, emulator: Emulator, tag: str, **kwargs: Any) -> tuple[str, AzureMLJobTrigger]:
+    emulator.set_capacity("low-pri-cluster", 0)  # keep it waiting
+    name = invoke(ml, "in/a", tag)
+    trigger = AzureMLJobTrigger(job_name=name, azure_ml_conn_id="azure_ml_default", polling=FAST, **kwargs)
+    trigger.task_instance = SimpleNamespace(dag_id="dag", run_id="run-1", task_id="score", map_index=7)
+    return name, trigger
+
+
+@pytest.mark.parametrize(
+    ("state", "cancelled"),
+    [("deferred", False), (None, True), ("failed", True), ("success", True), ("unreadable", False)],
+    ids=["moved-still-deferred", "cleared", "marked-failed", "marked-success", "state-unknown"],
+)
+def test_trigger_on_kill_cancels_only_after_a_person_acted_on_the_task(
+    jobs: tuple[Emulator, Any], monkeypatch: pytest.MonkeyPatch, state: str | None, cancelled: bool
+) -> None:
+    """Airflow 3.3 calls on_kill when a trigger moved to another triggerer too (apache/airflow#73454): the
+    task is then still deferred, and the job must run on. A state Airflow does not tell cancels nothing."""
+    from airflow.sdk.execution_time import task_runner
+
+    emulator, ml = jobs
+    supervisor = FakeSupervisor(None if state == "unreadable" else state)
+    if state == "unreadable":
+        supervisor.asend = None  # type: ignore[assignment]  # an Airflow whose supervisor has no such read
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
+    name, trigger = killed_trigger(ml, emulator, f"job-kill-{state}")
+    asyncio.run(trigger.on_kill())
+    job = emulator.job(name)
+    assert job is not None and job.cancel_requested is cancelled
+    if state != "unreadable":
+        (asked,) = supervisor.asked
+        assert (asked.dag_id, asked.run_ids, asked.task_ids, asked.map_index) == ("dag", ["run-1"], ["score"], 7)
+
+
+def test_a_sensors_trigger_on_kill_cancels_nothing(jobs: tuple[Emulator, Any]) -> None:
+    """The sensor watches a job someone else submitted: marking the sensor failed leaves that job running."""
+    emulator, ml = jobs
+    name, trigger = killed_trigger(ml, emulator, "job-watched", wait_for_creation=True, cancel_on_kill=False)
+    asyncio.run(trigger.on_kill())
+    job = emulator.job(name)
+    assert job is not None and not job.cancel_requested
 
 
 def test_unknown_job_is_an_error_event(jobs: tuple[Emulator, Any]) -> None:
