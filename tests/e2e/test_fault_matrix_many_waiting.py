@@ -14,7 +14,7 @@ import time
 import pytest
 
 from airflow_azureml.naming import UNIT_TAG
-from tests.e2e.conftest import DAG_ID, E2E
+from tests.e2e.conftest import E2E
 from tests.e2e.rows import (
     CLUSTER,
     MANY,
@@ -139,87 +139,3 @@ def test_token_endpoint_down_for_2_minutes_while_20_jobs_wait(e2e: E2E) -> None:
 
 def test_no_secret_or_token_in_logs_xcom_or_trigger_rows(e2e: E2E) -> None:
     assert_no_secret_material(e2e)
-
-
-@pytest.mark.timeout(900)
-def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e2e: E2E) -> None:
-    """Issue 18 §5: neither the move of a trigger to another triggerer nor a triggerer's graceful shutdown
-    (SIGTERM, as in a rolling restart) cancels a job. A triggerer paused past its heartbeat loses its
-    triggers to the other one; resumed, it finds them gone and Airflow 3.3 cancels them there as if a
-    person had acted, calling ``on_kill`` (apache/airflow#73454). Then each triggerer in turn is stopped
-    with SIGTERM while the other takes over."""
-    import os
-    import signal
-
-    from tests.e2e.rows import alive_triggerers, sql
-
-    partitions = 20
-    services = {alive_triggerers(e2e)[-1]: "triggerer"}
-    e2e.airflow.start_service("triggerer", name="triggerer-2")
-    wait_until(lambda: len(alive_triggerers(e2e)) == 2, timeout=120, what="the second triggerer")
-    services.update({t: "triggerer-2" for t in alive_triggerers(e2e) if t not in services})
-    steps: list[str] = []
-
-    def assigned() -> dict[int, int]:
-        query = "SELECT triggerer_id, count(*) FROM trigger WHERE triggerer_id IS NOT NULL GROUP BY 1"
-        return {int(t): int(n) for t, n in sql(e2e, query)}
-
-    def all_on(triggerer: int) -> bool:
-        return assigned() == {triggerer: partitions}
-
-    def on_kill_calls(run_id: str) -> int:
-        """Airflow's calls of a trigger's on_kill in this run, from the tasks' trigger logs."""
-        logs = (e2e.airflow.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/*/*/*.trigger.*.log")
-        return sum(p.read_text(errors="replace").count("invoking on_kill") for p in logs)
-
-    def fault(run_id: str, interval: str) -> None:
-        try:
-            held_queued(e2e, run_id, interval, partitions)
-            wait_until(lambda: sum(assigned().values()) == partitions, what="all triggers assigned")
-            held = assigned()
-            paused = max(held, key=lambda t: held[t])
-            other = next(t for t in services if t != paused)
-            group = e2e.airflow.procs[services[paused]].pid
-            os.killpg(group, signal.SIGSTOP)  # no heartbeat: after the health threshold its triggers move
-            try:
-                wait_until(lambda: all_on(other), timeout=240, what="the other triggerer taking over")
-            finally:
-                os.killpg(group, signal.SIGCONT)
-            wait_until(lambda: paused in alive_triggerers(e2e), timeout=120, what="the paused triggerer's heartbeat")
-            deadline = time.monotonic() + 60  # Airflow cancels the moved triggers at its next sync: on_kill
-            while on_kill_calls(run_id) == 0 and time.monotonic() < deadline:
-                time.sleep(0.5)
-            calls = on_kill_calls(run_id)
-            steps.append(f"{services[paused]} paused past its heartbeat and resumed ({calls} on_kill calls)")
-            for stopped, heir in ((other, paused), (paused, None)):
-                name = services[stopped]
-                wait_until(lambda: len(alive_triggerers(e2e)) >= 2, timeout=120, what="two triggerers")
-                e2e.airflow.stop_service(name)  # SIGTERM
-                survivor = heir if heir is not None else next(t for t in alive_triggerers(e2e) if t != stopped)
-                wait_until(lambda s=survivor: all_on(s), timeout=240, what="the survivor taking every trigger")
-                steps.append(f"SIGTERM of {name}")
-                e2e.airflow.start_service("triggerer", name=name)
-                wait_until(lambda: len(alive_triggerers(e2e)) >= 2, timeout=120, what="the restarted triggerer")
-                services.update({t: name for t in alive_triggerers(e2e) if t not in services})
-        finally:
-            e2e.emulator.set_capacity(CLUSTER, None)
-
-    try:
-        _, interval, state = run_example(
-            e2e, "2026-11-21T00:00:00+00:00", {"partitions": partitions, "files_per_partition": 1}, fault, timeout=900
-        )
-    finally:  # back to one triggerer named "triggerer", as the other rows expect
-        e2e.airflow.stop_service("triggerer-2")
-        if e2e.airflow.procs["triggerer"].poll() is not None:
-            e2e.airflow.start_service("triggerer")
-    cancelled = [j.name for j in e2e.jobs_for(interval) if j.cancel_requested]
-    result = e2e.record(
-        "two triggerers, 20 jobs waiting: one paused past its heartbeat (its triggers move), then SIGTERM of each",
-        interval,
-        state,
-        f"{'; '.join(steps)}; {len(cancelled)} jobs cancelled, all resumed in the other triggerer",
-    )
-    assert len(steps) == 3, steps
-    assert cancelled == [], f"a trigger's move or a triggerer's shutdown cancelled {cancelled}"
-    assert state == "success"
-    assert_exactly_once(result, jobs=partitions)
