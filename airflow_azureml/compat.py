@@ -77,7 +77,8 @@ def has_trigger_on_kill() -> bool:
 
 async def task_instance_state(ti: Any) -> str | None:
     """The state Airflow's metadata holds now for ``ti`` (a trigger's ``task_instance``), asked from inside
-    the triggerer through its supervisor (the Execution API's task-states read); None when it can't be told.
+    the triggerer through its supervisor (the Execution API's task-states read): ``"none"`` for a task
+    with no state (cleared), ``"absent"`` when Airflow has no such task instance, None when it can't be told.
 
     Why: Airflow 3.3 calls a trigger's ``on_kill`` for a person's action, but also when the trigger moved to
     another triggerer (apache/airflow#73454, open): only the task's state tells the two apart.
@@ -101,10 +102,12 @@ async def task_instance_state(ti: Any) -> str | None:
     except Exception:
         log.warning("Could not read the state of task %s/%s/%s.", dag_id, run_id, task_id, exc_info=True)
         return None
-    states = (getattr(result, "task_states", None) or {}).get(run_id) or {}
+    if not hasattr(result, "task_states"):
+        return None  # an error response
+    states = (result.task_states or {}).get(run_id) or {}
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
     if key not in states:
-        return None
+        return "absent"  # Airflow answered and has no such task instance: its run or DAG was deleted
     state = states[key]
     return str(getattr(state, "value", state)) if state is not None else "none"
 

@@ -63,8 +63,8 @@ class AzureMLJobSensor(BaseSensorOperator):
                 job_name=self.job_name,
                 azure_ml_conn_id=self.azure_ml_conn_id,
                 polling=self.polling,
-                wait_for_creation=True,  # as poke mode: the job may be submitted later, by another DAG
-                cancel_on_kill=False,  # the job is watched, not owned: marking the sensor failed leaves it running
+                wait_for_creation=True,  # as poke mode: the job may be submitted later, by another DAG (never
+                # cancelled by this task's on_kill: it is watched, not owned)
             ),
             method_name="execute_complete",
             timeout=self.execution_timeout or timedelta(seconds=self.timeout),

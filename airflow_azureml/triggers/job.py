@@ -11,6 +11,11 @@ from airflow.triggers.base import TriggerEvent
 from airflow_azureml.polling import JobWatch, PollingPolicy, TransientBudgetExceeded
 from airflow_azureml.triggers.base import AzureMLBaseTrigger
 
+#: Task states after which on_kill cancels the job: a person marked the task ended, or its run is gone
+#: ("absent"). Any other state (still deferred: the trigger moved; none, scheduled, queued, running,
+#: up_for_retry: cleared, or a try of its own already watches the job) leaves the job to the task.
+ENDED_BY_A_PERSON = frozenset({"failed", "success", "skipped", "removed", "upstream_failed", "absent"})
+
 
 class AzureMLJobTrigger(AzureMLBaseTrigger):
     """Fires once when the job is terminal, has been queued longer than ``max_queue_time``, or can't be read.
@@ -18,13 +23,12 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
     Event payload: ``{"status": "terminal" | "queue_timeout" | "error", "job_name", "job", "message",
     "gauge_evidence"}``, where ``job`` is a ``JobSnapshot`` dict and ``gauge_evidence`` a
     ``GaugeEvidence`` dict (the compute's preemption gauge as sampled while the job was Running).
-    ``wait_for_creation``: a job that does not exist yet is waited for (sensors), not an error.
-    ``cancel_on_kill``: a person's end of the deferred task cancels the job (the task's own job; a sensor
-    only watches someone else's, so it passes False).
+    ``wait_for_creation``: a job that does not exist yet is waited for, not an error. Only sensors wait
+    so, and a sensor's job is someone else's: its trigger's ``on_kill`` never cancels it.
     Waits on the same connection share one poller.
     """
 
-    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name", "wait_for_creation", "cancel_on_kill")
+    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name", "wait_for_creation")
 
     def __init__(
         self,
@@ -33,12 +37,10 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         azure_ml_conn_id: str,
         polling: PollingPolicy | dict[str, Any] | None = None,
         wait_for_creation: bool = False,
-        cancel_on_kill: bool = True,
     ) -> None:
         super().__init__(azure_ml_conn_id=azure_ml_conn_id, polling=polling)
         self.job_name = job_name
         self.wait_for_creation = bool(wait_for_creation)
-        self.cancel_on_kill = bool(cancel_on_kill)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_azureml import compat
@@ -65,19 +67,19 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         from airflow_azureml.hooks.azure_ml import AzureMLHook
         from airflow_azureml.hooks.rest import ResourceNotFound, TransientRestError
 
-        if not self.cancel_on_kill:
+        if self.wait_for_creation:  # a sensor's: the job is watched, not owned
             self.log.info("Deferred task killed; job %s is not this task's to cancel.", self.job_name)
             return
         ti = getattr(self, "task_instance", None)
         if ti is not None:  # run by a triggerer: ask Airflow what happened to the task
             state = await compat.task_instance_state(ti)
-            if state in (None, "deferred"):
+            if state not in ENDED_BY_A_PERSON:
                 self.log.warning(
-                    "on_kill for job %s, but its task is %s: the trigger moved to another triggerer or this "
-                    "one lost track of it (apache/airflow#73454), not a person's action. Not cancelling; "
-                    "a cleared task's next try cancels the job itself.",
+                    "on_kill for job %s, but its task is %s: not a person's mark of the task (the trigger moved "
+                    "to another triggerer, apache/airflow#73454, or the task was cleared). Not cancelling; a "
+                    "cleared task's next try cancels the job itself.",
                     self.job_name,
-                    "still deferred" if state else "in a state Airflow did not tell",
+                    state or "in a state Airflow did not tell",
                 )
                 return
         client = await AzureMLHook(azure_ml_conn_id=self.azure_ml_conn_id).async_rest()

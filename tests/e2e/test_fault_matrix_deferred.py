@@ -102,6 +102,7 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
     wait_until(lambda: len(alive_triggerers(e2e)) == 2, timeout=120, what="the second triggerer")
     services.update({t: "triggerer-2" for t in alive_triggerers(e2e) if t not in services})
     steps: list[str] = []
+    guarded: list[tuple[int, int]] = []  # (Airflow's on_kill calls of the moved triggers, our refusals)
 
     def assigned() -> dict[int, int]:
         query = "SELECT triggerer_id, count(*) FROM trigger WHERE triggerer_id IS NOT NULL GROUP BY 1"
@@ -110,10 +111,13 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
     def all_on(triggerer: int) -> bool:
         return assigned() == {triggerer: partitions}
 
-    def on_kill_calls(run_id: str) -> int:
-        """Airflow's calls of a trigger's on_kill in this run, from the tasks' trigger logs."""
+    def in_trigger_logs(run_id: str, text: str) -> int:
+        """How often ``text`` is in this run's trigger logs (Airflow's and the trigger's own lines)."""
         logs = (e2e.airflow.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/*/*/*.trigger.*.log")
-        return sum(p.read_text(errors="replace").count("invoking on_kill") for p in logs)
+        return sum(p.read_text(errors="replace").count(text) for p in logs)
+
+    def on_kill_calls(run_id: str) -> int:
+        return in_trigger_logs(run_id, "invoking on_kill")
 
     def fault(run_id: str, interval: str) -> None:
         try:
@@ -133,6 +137,14 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
             while on_kill_calls(run_id) == 0 and time.monotonic() < deadline:
                 time.sleep(0.5)
             calls = on_kill_calls(run_id)
+
+            def refusals() -> int:
+                return in_trigger_logs(run_id, "not a person's mark of the task")
+
+            deadline = time.monotonic() + 60  # each on_kill reads the task's state first, then logs its refusal
+            while refusals() < calls and time.monotonic() < deadline:
+                time.sleep(0.5)
+            guarded.append((calls, refusals()))
             steps.append(f"{services[paused]} paused past its heartbeat and resumed ({calls} on_kill calls)")
             for stopped, heir in ((other, paused), (paused, None)):
                 name = services[stopped]
@@ -163,6 +175,9 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
         f"{'; '.join(steps)}; {len(cancelled)} jobs cancelled, all resumed in the other triggerer",
     )
     assert len(steps) == 3, steps
+    # the fault this row is for happened: Airflow called on_kill for moved triggers, and each refused
+    (calls, refused), *_ = guarded
+    assert calls > 0 and refused >= calls, guarded
     assert cancelled == [], f"a trigger's move or a triggerer's shutdown cancelled {cancelled}"
     assert state == "success"
     assert_exactly_once(result, jobs=partitions)
@@ -244,7 +259,8 @@ def test_clear_of_a_deferred_task_after_on_kill(e2e: E2E) -> None:
         "a clear of a deferred task after `on_kill`",
         interval,
         state,
-        "on_kill cancelled the job; the next try submitted the next job of the chain instead of attaching",
+        "the job was cancelled (by the cleared task's next try; on_kill leaves it to that try); the next try "
+        "submitted the next job of the chain instead of attaching",
     )
     assert state == "success"
     assert [j.status for j in jobs] == ["Canceled", "Completed"], [(j.name, j.status) for j in jobs]

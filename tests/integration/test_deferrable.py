@@ -133,6 +133,10 @@ class FakeSupervisor:
         if not isinstance(msg, GetTaskStates):
             return None  # what else a trigger's libraries send (a secret to mask): acknowledged
         self.asked.append(msg)
+        if self.state == "unreadable":
+            raise ConnectionError("the supervisor went away")
+        if self.state == "absent":  # the DAG run was deleted: Airflow answers without the task
+            return TaskStatesResult(task_states={"run-1": {}})
         return TaskStatesResult(task_states={"run-1": {"score_7": self.state}})
 
 
@@ -146,34 +150,42 @@ def killed_trigger(ml: Any, emulator: Emulator, tag: str, **kwargs: Any) -> tupl
 
 @pytest.mark.parametrize(
     ("state", "cancelled"),
-    [("deferred", False), (None, True), ("failed", True), ("success", True), ("unreadable", False)],
-    ids=["moved-still-deferred", "cleared", "marked-failed", "marked-success", "state-unknown"],
+    [
+        ("deferred", False),  # the trigger moved to another triggerer (apache/airflow#73454)
+        (None, False),  # cleared: the next try cancels the job it was deferred on itself
+        ("scheduled", False),
+        ("running", False),  # the moved trigger fired and the same try runs again: it owns the job
+        ("up_for_retry", False),
+        ("failed", True),  # marked by a person
+        ("success", True),
+        ("absent", True),  # the DAG run was deleted: no try will ever come back for the job
+        ("unreadable", False),
+    ],
+    ids=lambda v: str(v),
 )
 def test_trigger_on_kill_cancels_only_after_a_person_acted_on_the_task(
     jobs: tuple[Emulator, Any], monkeypatch: pytest.MonkeyPatch, state: str | None, cancelled: bool
 ) -> None:
-    """Airflow 3.3 calls on_kill when a trigger moved to another triggerer too (apache/airflow#73454): the
-    task is then still deferred, and the job must run on. A state Airflow does not tell cancels nothing."""
+    """Airflow 3.3 calls on_kill when a trigger moved to another triggerer too (apache/airflow#73454): only a
+    person's mark of the task (or its run deleted) cancels; any other state leaves the job to the task's
+    tries, and a state Airflow does not tell cancels nothing."""
     from airflow.sdk.execution_time import task_runner
 
     emulator, ml = jobs
-    supervisor = FakeSupervisor(None if state == "unreadable" else state)
-    if state == "unreadable":
-        supervisor.asend = None  # type: ignore[assignment]  # an Airflow whose supervisor has no such read
+    supervisor = FakeSupervisor(state)
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
     name, trigger = killed_trigger(ml, emulator, f"job-kill-{state}")
     asyncio.run(trigger.on_kill())
     job = emulator.job(name)
     assert job is not None and job.cancel_requested is cancelled
-    if state != "unreadable":
-        (asked,) = supervisor.asked
-        assert (asked.dag_id, asked.run_ids, asked.task_ids, asked.map_index) == ("dag", ["run-1"], ["score"], 7)
+    (asked,) = supervisor.asked
+    assert (asked.dag_id, asked.run_ids, asked.task_ids, asked.map_index) == ("dag", ["run-1"], ["score"], 7)
 
 
 def test_a_sensors_trigger_on_kill_cancels_nothing(jobs: tuple[Emulator, Any]) -> None:
     """The sensor watches a job someone else submitted: marking the sensor failed leaves that job running."""
     emulator, ml = jobs
-    name, trigger = killed_trigger(ml, emulator, "job-watched", wait_for_creation=True, cancel_on_kill=False)
+    name, trigger = killed_trigger(ml, emulator, "job-watched", wait_for_creation=True)
     asyncio.run(trigger.on_kill())
     job = emulator.job(name)
     assert job is not None and not job.cancel_requested
