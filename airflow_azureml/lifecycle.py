@@ -42,7 +42,6 @@ class ResubmissionState:
     """
 
     key: str
-    base_key: str | None = None  # the key without what the deployment runs (kept within a run of the task)
     job_names: list[str] = field(default_factory=list)  # the chain, oldest first, as Azure named the jobs
     next_resubmission: int = 0
     preemptions: int = 0  # counted against this run of the task's budget
@@ -98,7 +97,6 @@ class ResubmissionState:
     def to_store(self) -> dict[str, Any]:
         return {
             "key": self.key,
-            "base_key": self.base_key,
             "job": self.current,
             "jobs": list(self.job_names),
             "preemptions": self.preemptions,

@@ -398,30 +398,6 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             properties=markers,
         )
 
-    def deployment_fingerprint(self) -> dict[str, Any] | None:
-        """What the deployment runs now: its model, code and environment (asset ids carry their versions).
-
-        Part of the default unit key: after a model update, a clear scores again instead of finding the
-        old model's completed job. One read (two when the endpoint's default deployment is used).
-        """
-        ml = self.hook.get_conn()
-        name = self.deployment_name
-        if not name:
-            defaults = getattr(ml.batch_endpoints.get(self.endpoint_name), "defaults", None)
-            name = getattr(defaults, "deployment_name", None)
-        if not name:
-            return None  # no default deployment: the invoke fails with Azure's own message
-        deployment = ml.batch_deployments.get(name=name, endpoint_name=self.endpoint_name)
-        code = getattr(deployment, "code_configuration", None)
-        return {
-            "deployment": name,
-            "model": asset_id(getattr(deployment, "model", None)),
-            "code": asset_id(getattr(code, "code", None)),
-            "scoring_script": getattr(code, "scoring_script", None),
-            "environment": asset_id(getattr(deployment, "environment", None)),
-            "component": asset_id(getattr(deployment, "component", None)),
-        }
-
     def work_identity(self) -> dict[str, Any]:
         """The work itself: what is scored, by which deployment, and where the output goes."""
         return {
@@ -455,13 +431,3 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         from airflow_azureml.openlineage import job_lineage
 
         return job_lineage(self, self.inputs, self.outputs)
-
-
-def asset_id(asset: Any) -> str | None:
-    """An asset reference as a string: its id (versioned) or ``name:version``; None when there is none."""
-    if asset is None or isinstance(asset, str):
-        return asset
-    if getattr(asset, "id", None):
-        return str(asset.id)
-    name, version = getattr(asset, "name", None), getattr(asset, "version", None)
-    return f"{name}:{version}" if name else None

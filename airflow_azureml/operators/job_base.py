@@ -109,11 +109,6 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """What the job does, rendered: the default identity of the unit of work."""
         raise NotImplementedError
 
-    def deployment_fingerprint(self) -> dict[str, Any] | None:
-        """What runs the job that its own spec does not say (a batch deployment's model, code and
-        environment), read from Azure; None where the job's spec carries everything."""
-        return None
-
     def fallback_target(self) -> str | None:
         """Where the work goes when spot does not pay (a deployment for batch, a compute for command jobs)."""
         return None
@@ -238,25 +233,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         return report
 
     # --------------------------------------------------------------- identity
-    def _unit_key(self, context: Any, recalled: dict[str, Any] | None, max_tries: int | None) -> tuple[str, str]:
-        """The unit-of-work key, and its base (without what the deployment runs).
-
-        The default key covers the rendered work, the run's data interval (a fixed input path such as
-        ``latest/`` is new work in every interval) and what the deployment runs now. Within one run of
-        the task (its automatic retries, its returns from the triggerer) the stored key is kept, so a
-        deployment updated meanwhile never splits one chain in two; a clear or a new run reads it again.
-        """
+    def _unit_key(self) -> str:
         if self.job_identity:
-            key = naming.work_key(self.dag_id, self.task_id, self.job_identity)
-            return key, key
-        work = {**self.work_identity(), "interval": data_interval(context)}
-        base = naming.unit_key(self.dag_id, self.task_id, work)
-        recalled = recalled or {}
-        same_run = recalled.get("max_tries") is not None and recalled.get("max_tries") == max_tries
-        if same_run and recalled.get("base_key") == base and isinstance(recalled.get("key"), str):
-            return recalled["key"], base
-        runs = self.deployment_fingerprint()
-        return (base if runs is None else naming.unit_key(self.dag_id, self.task_id, {**work, "runs": runs})), base
+            return naming.work_key(self.dag_id, self.task_id, self.job_identity)
+        return naming.unit_key(self.dag_id, self.task_id, self.work_identity())
 
     def _name(self, state: ResubmissionState, n: int) -> str:
         return naming.job_name(self.dag_id, self.task_id, state.key, n)
@@ -294,11 +274,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._context = context
         ti = context.get("ti")
         max_tries = getattr(ti, "max_tries", None)
-        max_tries = max_tries if isinstance(max_tries, int) else None
-        recalled = self._recall(context)
-        key, base = self._unit_key(context, recalled, max_tries)
-        state = ResubmissionState.from_store(key, recalled, max_tries)
-        state.base_key = base
+        state = ResubmissionState.from_store(
+            self._unit_key(), self._recall(context), max_tries if isinstance(max_tries, int) else None
+        )
         if state.cleared:
             self.log.info("The task was cleared: a fresh resubmission budget, continuing the same job chain.")
         self._state = state
@@ -639,13 +617,3 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             from airflow_azureml.redaction import scrub
 
             self.log.error("Could not cancel job %s: %s", state.current, scrub(str(exc)))
-
-
-def data_interval(context: Any) -> list[str] | None:
-    """The run's data interval as ISO strings (None for a run without one, e.g. ``dag.test()`` of an asset run)."""
-    from datetime import timezone
-
-    bounds = [context.get("data_interval_start"), context.get("data_interval_end")]
-    if all(b is None for b in bounds):
-        return None
-    return [b.astimezone(timezone.utc).isoformat() if hasattr(b, "astimezone") else str(b) for b in bounds]
