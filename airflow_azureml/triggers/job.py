@@ -11,6 +11,8 @@ from airflow.triggers.base import TriggerEvent
 from airflow_azureml.polling import JobWatch, PollingPolicy, TransientBudgetExceeded
 from airflow_azureml.triggers.base import AzureMLBaseTrigger
 
+_ON_KILL_TASKS: set[asyncio.Future[None]] = set()
+
 #: Task states after which on_kill cancels the job: a person marked the task ended, or its run is gone
 #: ("absent"). Any other state (still deferred: the trigger moved; none, scheduled, queued, running,
 #: up_for_retry: cleared, or a try of its own already watches the job) leaves the job to the task.
@@ -55,6 +57,15 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         yield TriggerEvent(payload)
 
     async def on_kill(self) -> None:
+        """Decide and cancel in a task of its own, shielded: Airflow 3.3's triggerer cancels a killed
+        trigger again at every sync until it finishes, which interrupted ``on_kill`` at its first slow
+        await (the task-state read: the job of a task marked failed was left running)."""
+        work = asyncio.ensure_future(self._on_kill())
+        _ON_KILL_TASKS.add(work)  # a strong reference while it runs on after the trigger has finished
+        work.add_done_callback(_ON_KILL_TASKS.discard)
+        await asyncio.shield(work)
+
+    async def _on_kill(self) -> None:
         """A person marked the deferred task failed/success or cleared it: cancel the remote job.
 
         Airflow 3.3 also calls this when the trigger moved to another triggerer (one that missed its

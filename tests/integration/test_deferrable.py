@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -123,8 +124,9 @@ class FakeSupervisor:
     """The triggerer's supervisor as a trigger sees it (``SUPERVISOR_COMMS.asend``), answering the task-states
     read with ``state`` for the one task instance: the edge between a trigger and Airflow's Execution API."""
 
-    def __init__(self, state: str | None) -> None:
+    def __init__(self, state: str | None, delay: float = 0.0) -> None:
         self.state = state
+        self.delay = delay
         self.asked: list[Any] = []
 
     async def asend(self, msg: Any) -> Any:
@@ -133,6 +135,7 @@ class FakeSupervisor:
         if not isinstance(msg, GetTaskStates):
             return None  # what else a trigger's libraries send (a secret to mask): acknowledged
         self.asked.append(msg)
+        await asyncio.sleep(self.delay)  # the supervisor's round trip to the API server
         if self.state == "unreadable":
             raise ConnectionError("the supervisor went away")
         if self.state == "absent":  # the DAG run was deleted: Airflow answers without the task
@@ -180,6 +183,32 @@ def test_trigger_on_kill_cancels_only_after_a_person_acted_on_the_task(
     assert job is not None and job.cancel_requested is cancelled
     (asked,) = supervisor.asked
     assert (asked.dag_id, asked.run_ids, asked.task_ids, asked.map_index) == ("dag", ["run-1"], ["score"], 7)
+
+
+def test_trigger_on_kill_survives_the_triggerers_repeated_cancels(
+    jobs: tuple[Emulator, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow 3.3's triggerer cancels a killed trigger again at every sync until it finishes: on_kill's
+    state read and cancel must run to the end anyway (in CI a task marked failed kept its job running)."""
+    from airflow.sdk.execution_time import task_runner
+
+    emulator, ml = jobs
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", FakeSupervisor("failed", delay=0.3), raising=False)
+    name, trigger = killed_trigger(ml, emulator, "job-kill-recancelled")
+
+    async def triggerer() -> None:
+        killing = asyncio.ensure_future(trigger.on_kill())
+        for _ in range(3):  # the next syncs' cancels, while the state read is still out
+            await asyncio.sleep(0.05)
+            killing.cancel("user-action")
+        with contextlib.suppress(asyncio.CancelledError):
+            await killing
+        deadline = time.monotonic() + 30
+        while not emulator.job(name).cancel_requested and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(triggerer())
+    assert emulator.job(name).cancel_requested
 
 
 def test_a_sensors_trigger_on_kill_cancels_nothing(jobs: tuple[Emulator, Any]) -> None:
