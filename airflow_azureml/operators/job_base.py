@@ -351,7 +351,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 return snapshot, None
             if snapshot is not None:
                 self._on_status(snapshot)
-            state.deferred_on = name  # a clear while deferred: Airflow's trigger on_kill cancels this job
+            state.deferred_on = name  # a clear while deferred: the next try cancels this job (first_sight)
             self._remember(context, state)
             from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's trigger base: not at DAG parse
 

@@ -66,7 +66,7 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         await asyncio.shield(work)
 
     async def _on_kill(self) -> None:
-        """A person marked the deferred task failed/success or cleared it: cancel the remote job.
+        """A person marked the deferred task ended (or its run was deleted): cancel the remote job.
 
         Airflow 3.3 also calls this when the trigger moved to another triggerer (one that missed its
         heartbeat finds its triggers gone: apache/airflow#73454). The task is then still deferred, and
