@@ -119,6 +119,7 @@ class Behaviour:
     check_audiences: bool = True  # each plane refuses tokens issued for another audience (emulator.identity)
     list_ignores_properties_filter: bool = False  # the jobs LIST answers as if no ``properties`` filter was sent
     list_lag_seconds: float = 0.0  # a job shows in the jobs LIST only this long after it was created (GET at once)
+    invoke_properties_dropped: bool = False  # a batch invoke's user properties never reach its job (Azure's own stay)
     storage_data_role: bool = True  # the service principal holds Storage Blob Data Contributor on the account
     activity_log_lag_seconds: float = 60.0  # an Activity Log event shows this long after it happened (ingestion)
     activity_log_reader: bool = True  # the service principal may read the Activity Log (Reader at the group)
@@ -480,6 +481,8 @@ class Workspace:
             raise EmulatorError(400, "UserError", f"Compute {compute!r} not found in the workspace")
         user_props = dict(props.get("properties") or {})
         experiment = user_props.pop("experimentName", None) or endpoint
+        if self.behaviour.invoke_properties_dropped:  # nothing documents that they reach the job
+            user_props = {}
         input_name = next((k for k, v in inputs.items() if isinstance(v, dict)), "input_data")
         job = Job(
             name=name,
