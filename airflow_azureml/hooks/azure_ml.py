@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from airflow_azureml.hooks.rest import AsyncRestClient, RestClient
     from airflow_azureml.instance_types import InstanceType
     from airflow_azureml.spot_history_store import HistoryStore
+    from airflow_azureml.unit_journal import UnitJournal
 
 # Retries of single calls: short delays (Retry-After when sent), five retries, the same back-off rule as polls.
 ONE_SHOT_RETRIES = PollingPolicy(interval=2.0, max_interval=30.0, max_transient_errors=5)
@@ -264,7 +265,9 @@ class AzureMLHook(BaseHook):
 
     def find_job_resources(self, properties: dict[str, str]) -> list[dict[str, Any]]:
         """As ``find_jobs``, but the ARM resources themselves (their ``systemData`` says when each was created)."""
-        query = {"properties": ",".join(f"{k}={v}" for k, v in properties.items()), "listViewType": "All"}
+        query = {"listViewType": "All"}
+        if properties:  # none: every job of the workspace (the unit journal's carrier search)
+            query["properties"] = ",".join(f"{k}={v}" for k, v in properties.items())
         return self._with_transient_retries(lambda: list(self.rest().list_jobs(query)))
 
     def cancel_job(self, name: str) -> None:
@@ -527,8 +530,29 @@ class AzureMLHook(BaseHook):
         )
         return stores.FallbackStore(blob, variable)
 
+    def unit_journal(self, key: str) -> UnitJournal | None:
+        """Unit ``key``'s journal (``unit_journal``), beside the spot history; None where no container is known."""
+        from airflow_azureml.blob_records import EtagBlob
+        from airflow_azureml.hooks.connection import SPOT_HISTORY_IN_VARIABLE
+        from airflow_azureml.unit_journal import UnitJournal, journal_url
+
+        s = self.settings
+        if s.spot_history_url == SPOT_HISTORY_IN_VARIABLE:
+            container = self._workspace_history_container()
+        else:
+            container = s.spot_history_url or self._workspace_history_container()
+        if not container:
+            return None
+        url = journal_url(container, self.azure_ml_conn_id, key)
+        return UnitJournal(EtagBlob(url, self.get_credential(), s.connection_verify, what="the unit journal"), key)
+
     def _workspace_history_container(self) -> str | None:
-        """The default container, in the workspace's own storage account (a known cloud only)."""
+        """The default container, in the workspace's own storage account (a known cloud only; read once)."""
+        if "_history_container" not in self.__dict__:
+            self.__dict__["_history_container"] = self._read_workspace_container()
+        return self.__dict__["_history_container"]
+
+    def _read_workspace_container(self) -> str | None:
         from airflow_azureml import spot_history_store as stores
 
         suffix = KNOWN_CLOUDS.get(self.settings.cloud, {}).get("storage_suffix")
