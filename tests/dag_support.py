@@ -35,6 +35,34 @@ def record_failure(context: dict[str, Any]) -> None:
             handle.write("\n")
 
 
+def lose_task_state(context: dict[str, Any]) -> None:
+    """An ``on_retry_callback`` that deletes the task's ``task_state_store`` rows between tries, as a lost or
+    cleaned-up store leaves them (Airflow < 3.3 keeps none across tries: nothing to lose there).
+
+    The metadata DB directly: by the time the callback runs, the task instance has moved to its next try and
+    the store's API refuses the old try's id. ``dag.test()`` runs the callback in-process, with the DB at hand.
+    """
+    try:
+        from airflow.models.task_state_store import TaskStateStoreModel
+    except ImportError:
+        return
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    ti = context["ti"]
+    model = TaskStateStoreModel
+    with create_session() as session:
+        deleted = session.execute(
+            delete(model).where(
+                model.dag_id == ti.dag_id,
+                model.run_id == ti.run_id,
+                model.task_id == ti.task_id,
+                model.map_index == (ti.map_index if ti.map_index is not None else -1),
+            )
+        ).rowcount
+    print(f"lose_task_state: deleted {deleted} task_state_store row(s) of {ti.task_id}")
+
+
 def sync_dag_folder(dag_id: str | None = None) -> None:
     """Write the DAG folder to the metadata DB, as the DAG processor (or 3.3's ``dag.test()``) does; stop at the
     bundle that has ``dag_id``."""

@@ -10,6 +10,7 @@ from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.operators.compute import DEFAULT_WAIT_TIMEOUT, wait_for_lro
 from airflow_azureml.operators.job_base import AzureMLJobOperatorBase
+from airflow_azureml.operators.job_chain import data_place, job_places
 from airflow_azureml.redaction import scrub
 
 if TYPE_CHECKING:
@@ -397,6 +398,23 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             output_file_name=self.output_file_name,
             properties=markers,
         )
+
+    def carries_unit(self, arm_job: dict[str, Any]) -> bool:
+        """A batch job is this unit's when Azure's own record of it matches: the endpoint
+        (``azureml.endpointname``), the deployment (``azureml.deploymentname``, the spot one or the fallback),
+        the experiment, input paths among ours and, when given, our output paths (docs/operators.md)."""
+        props = arm_job.get("properties") or {}
+        if (props.get("properties") or {}).get("azureml.endpointname") != self.endpoint_name:
+            return False
+        deployment = (props.get("tags") or {}).get("azureml.deploymentname")
+        if self.deployment_name and deployment not in {self.deployment_name, self.fallback_deployment}:
+            return False
+        if props.get("experimentName") != (self.experiment_name or naming.experiment_name(self.dag_id)):
+            return False
+        inputs = job_places(arm_job, "inputs")
+        if not inputs or not inputs <= {data_place(uri) for uri in self.inputs.values()}:
+            return False
+        return {data_place(uri) for uri in (self.outputs or {}).values()} <= job_places(arm_job, "outputs")
 
     def work_identity(self) -> dict[str, Any]:
         """The work itself: what is scored, by which deployment, and where the output goes."""

@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import compat, lifecycle, naming
 from airflow_azureml.compat import conf
@@ -31,6 +31,9 @@ from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.operators.job_chain import JobChain, refused
 from airflow_azureml.operators.job_spot import SpotCluster
 from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, exception_for
+
+if TYPE_CHECKING:
+    from airflow_azureml.unit_journal import UnitJournal
 
 __all__ = ["AzureMLJobOperatorBase", "check_count"]  # the re-exported names are documented where they live
 
@@ -95,6 +98,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._state: ResubmissionState | None = None
         self._context: Any = None
         self._cost_report: dict[str, Any] | None = None  # this run's bill, for the OpenLineage facet
+        self._journaled: dict[int, str] = {}  # the unit journal's jobs, read when the task state had none
 
     # ------------------------------------------------------- subclass contract
     def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
@@ -108,6 +112,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def work_identity(self) -> dict[str, Any]:
         """What the job does, rendered: the default identity of the unit of work."""
         raise NotImplementedError
+
+    def carries_unit(self, arm_job: dict[str, Any]) -> bool:
+        """Does this ARM job carry this unit's work, by what Azure keeps of every job (its data paths...)?
+
+        Asked only of jobs without the unit's properties, for a submit that an earlier try did not see
+        return (``JobChain.carried``). False: the job kind keeps its requested name (a command job's PUT).
+        """
+        return False
 
     def fallback_target(self) -> str | None:
         """Where the work goes when spot does not pay (a deployment for batch, a compute for command jobs)."""
@@ -192,7 +204,35 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     @property
     def _chain(self) -> JobChain:
-        return JobChain(self.hook, self._name, self.log)
+        return JobChain(self.hook, self._name, self.log, journaled=self._journaled, carrier=self.carries_unit)
+
+    def _journal(self, key: str) -> UnitJournal | None:
+        """The unit's journal (``unit_journal``), one per task process; None where no container is known."""
+        cached = self.__dict__.get("_unit_journal")
+        if cached is None or cached[0] != key:
+            try:
+                journal = self.hook.unit_journal(key)
+            except Exception as exc:  # a safety net: never fail a task over it
+                self.log.warning("No unit journal (%s); a lost task state relies on Azure's LIST.", type(exc).__name__)
+                journal = None
+            cached = self.__dict__["_unit_journal"] = (key, journal)
+        return cached[1]
+
+    def _recall_journal(self, state: ResubmissionState) -> None:
+        """The task state knows no job of this unit: the journal may (Airflow 3.1/3.2, a lost or new record)."""
+        journal = self._journal(state.key)
+        record = journal.load() if journal is not None else None
+        if record is None or not (record.jobs or record.submitting):
+            return
+        self._journaled = dict(record.jobs)
+        if record.submitting and state.submitting is None:
+            state.submitting = dict(record.submitting)
+        self.log.info(
+            "The unit journal %s knows jobs %s%s.",
+            journal.blob.where if journal is not None else "",
+            record.names() or "none",
+            f" and a submit of resubmission {record.submitting['n']} that did not return" if record.submitting else "",
+        )
 
     def _spot(self) -> SpotCluster:
         """The spot cluster's history and policy, with this operator's settings as they are now."""
@@ -279,6 +319,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         )
         if state.cleared:
             self.log.info("The task was cleared: a fresh resubmission budget, continuing the same job chain.")
+        if not state.known and state.submitting is None:
+            self._recall_journal(state)
         self._state = state
         return state
 
@@ -515,6 +557,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.log.info("Submitting job %s (resubmission %d)%s.", requested, n, where)
         state.submitting = {"n": n, "at": time.time()}
         self._remember(context, state)  # before the request: a crash from here on leaves this record
+        journal = self._journal(state.key)
+        if journal is not None:
+            journal.submitting(n, state.submitting["at"])  # the record that outlives the task state
         try:
             name = self.submit_job(context, requested, fallback, naming.job_markers(state.key, n)) or requested
         except Exception as exc:
@@ -522,6 +567,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             # must not wait for one. Otherwise the job may exist, created late in the call: the wait counts from now.
             state.submitting = None if refused(exc) else {"n": n, "at": time.time()}
             self._remember(context, state)
+            if journal is not None and state.submitting is None:
+                journal.submitted(n, None)
             raise
         if name != requested:
             name = self._chain.follow_returned(state, n, requested, name)
@@ -533,6 +580,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.next_resubmission = n + 1
         state.submitting = None
         self._remember(context, state)  # first thing after the submit returns
+        journal = self._journal(state.key)
+        if journal is not None:
+            journal.submitted(n, name)
         self._persist_links(context, state, name)
 
     def _persist_links(self, context: Any, state: ResubmissionState, current: str) -> None:

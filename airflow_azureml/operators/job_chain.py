@@ -8,6 +8,7 @@ are also looked up, for a LIST that lags. What the reads mean is decided in ``li
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,29 @@ from airflow_azureml.outcomes import JobSnapshot
 if TYPE_CHECKING:
     from airflow_azureml.hooks.azure_ml import AzureMLHook
     from airflow_azureml.lifecycle import ResubmissionState
+
+
+# How much earlier than the unfinished submit's own clock a job it created may say it was created (clock skew).
+CARRIER_CLOCK_SKEW_SECONDS = 120.0
+
+
+def data_place(uri: Any) -> str:
+    """A data URI as one place, however it was written: ``azureml://subscriptions/.../workspaces/<ws>/datastores/``
+    is the workspace's ``azureml://datastores/`` (the SDK may send either), and a trailing ``/`` is dropped."""
+    text = str(uri or "").strip()
+    text = re.sub(
+        r"^azureml://subscriptions/[^/]+/resourcegroups/[^/]+/workspaces/[^/]+/",
+        "azureml://",
+        text,
+        flags=re.IGNORECASE,
+    )
+    return text.rstrip("/")
+
+
+def job_places(arm_job: dict[str, Any], side: str) -> set[str]:
+    """The job's input (``side="inputs"``) or output data places."""
+    values = ((arm_job.get("properties") or {}).get(side) or {}).values()
+    return {data_place(v.get("uri")) for v in values if isinstance(v, dict) and v.get("uri")}
 
 
 def parse_time(stamp: Any) -> datetime | None:
@@ -78,10 +102,20 @@ class Listed:
 class JobChain:
     """The reads (and the duplicate cancels) that find one unit's jobs; ``requested(state, n)`` names them."""
 
-    def __init__(self, hook: AzureMLHook, requested: Callable[[ResubmissionState, int], str], log: logging.Logger):
+    def __init__(
+        self,
+        hook: AzureMLHook,
+        requested: Callable[[ResubmissionState, int], str],
+        log: logging.Logger,
+        *,
+        journaled: dict[int, str] | None = None,
+        carrier: Callable[[dict[str, Any]], bool] | None = None,
+    ):
         self.hook = hook
         self.requested = requested
         self.log = log
+        self.journaled = journaled or {}  # the unit journal's jobs by number (``unit_journal``)
+        self.carrier = carrier  # does an ARM job carry this unit's work (its data paths, endpoint...)?
 
     def listed(self, state: ResubmissionState, **only: str) -> dict[int, list[Listed]]:
         """The unit's jobs by resubmission number, from one LIST filtered on the unit's property.
@@ -140,6 +174,9 @@ class JobChain:
         for n, jobs in sorted(self.listed(state).items()):
             by_number[n] = self.keep_one(n, jobs)
             listed_names.update(job.snapshot.name for job in jobs)
+        for n, name in sorted(self.journaled.items()):  # Azure dropped or ignored the properties
+            if name not in listed_names and name not in by_number.values():
+                by_number.setdefault(n, name)
         by_number = lifecycle.merge_chain(by_number, listed_names, state.known)
         n = max(by_number, default=-1) + 1
         latest: JobSnapshot | None = None
@@ -187,6 +224,9 @@ class JobChain:
             snapshot = self.hook.job_snapshot(self.requested(state, n))
             if snapshot is not None:
                 return snapshot.name
+            carried = self.carried(state, float(pending.get("at") or 0.0))
+            if carried is not None:
+                return carried
             left = deadline - time.time()
             if left <= 0:
                 self.log.info(
@@ -194,6 +234,35 @@ class JobChain:
                 )
                 return None
             time.sleep(min(left, max(1.0, interval)))
+
+    def carried(self, state: ResubmissionState, since: float) -> str | None:
+        """A job that carries this unit's work but no unit property, created since the unfinished submit began.
+
+        Azure may drop an invoke's properties and ignore its name: the data paths, endpoint, deployment and
+        experiment of the job are then what identify it (``carrier``), from one unfiltered LIST. A job with
+        another unit's property, or already in a chain this run knows, is never taken.
+        """
+        if self.carrier is None:
+            return None
+        taken = set(state.job_names) | set(state.known) | set(self.journaled.values())
+        earliest = since - CARRIER_CLOCK_SKEW_SECONDS
+        found: list[Listed] = []
+        for item in self.hook.find_job_resources({}):
+            job = Listed.from_rest(item)
+            if naming.UNIT_TAG in job.snapshot.properties or job.snapshot.name in taken:
+                continue
+            if job.created is None or job.created.timestamp() < earliest or not self.carrier(item):
+                continue
+            found.append(job)
+        if not found:
+            return None
+        name = min(found, key=Listed.order).snapshot.name
+        self.log.warning(
+            "Job %s carries this unit's work (data paths, endpoint, deployment, experiment) but not its "
+            "properties (Azure dropped them); following it as the earlier try's job instead of submitting again.",
+            name,
+        )
+        return name
 
     def follow_returned(self, state: ResubmissionState, n: int, requested: str, name: str) -> str:
         """Azure named the job otherwise than requested: follow the oldest listed job of that number."""

@@ -20,14 +20,16 @@ from airflow_azureml.operators import (
     AzureMLDeleteComputeOperator,
     AzureMLInvokeBatchEndpointOperator,
 )
-from tests.dag_support import record_failure
+from tests.dag_support import lose_task_state, record_failure
 
 CONFIG = Path(__file__).parent / "azureml"
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 CASE = json.loads(os.environ.get("AZUREML_TEST_CASE", "{}"))
 
 
-DEFAULTS = {"retries": 0, "on_failure_callback": record_failure}
+DEFAULTS: dict = {"retries": 0, "on_failure_callback": record_failure}
+if CASE.get("lose_task_state"):
+    DEFAULTS["on_retry_callback"] = lose_task_state
 
 with DAG("azureml_compute_cases", schedule=None, start_date=START, default_args=DEFAULTS) as compute_dag:
     creates = [

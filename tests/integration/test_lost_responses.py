@@ -188,19 +188,47 @@ def test_invoke_lost_past_the_sdks_retries_with_its_name_ignored_and_the_list_be
     workspace.set_behaviour(list_lag_seconds=20.0)
     workspace.add_fault(kind="drop", when="after", route="invoke")
     workspace.add_fault(kind="drop", route="invoke", count=4)
-    from airflow_azureml import compat
-
     run, failures = run_dag("azureml_invoke_case", {"retries": 1})
     assert str(run.state) == "success", (task_states(run), failures)
     result = xcom_value(run, "invoke")
-    if not compat.has_task_state_store():
-        # Airflow < 3.3 (docs/airflow_versions.md, docs/operators.md): the failed try's record does not reach
-        # the retry, which finds no job by name or LIST and invokes again: the documented gap, two jobs
-        assert len(workspace.jobs()) == 2 and len(requests_for(workspace, "POST", "/jobs")) == 6
-        return
+    # Airflow < 3.3 keeps no task state between tries: the unit journal carries the unfinished submit there
     assert result["job_names"] == [result["job_name"]] and result["job_name"].startswith("batchjob-")
     assert [(j.name, j.status) for j in workspace.jobs()] == [(result["job_name"], "Completed")]
     assert len(requests_for(workspace, "POST", "/jobs")) == 5, "the retry invoked again"
+    assert try_numbers(run) == 2
+    assert_scored_once(workspace, result["job_name"])
+
+
+def test_invoke_lost_with_the_task_state_lost_and_the_properties_dropped_finds_the_job_by_its_carrier(
+    workspace: Emulator, run_dag
+) -> None:
+    # Issue 18 §4, every switch on at once: Azure ignores the name, drops the invoke's properties (the unit
+    # key never reaches the job), answers the LIST as if unfiltered and 20 s late; the try that invoked
+    # loses its answer and fails, and its task state is lost before the retry. The unit journal says a submit
+    # did not return; the job's data paths, endpoint, deployment and experiment say which job it made. A job
+    # of another unit (another partition) created in the same window must not be taken.
+    from airflow_azureml import naming
+    from airflow_azureml.hooks import AzureMLHook
+
+    write_heart_csvs(workspace.datastore_path("in/20261031"), files=2, rows_per_file=5)
+    workspace.set_deployment_behaviour(ENDPOINT, DEPLOYMENT, ignore_job_name=True)
+    workspace.set_behaviour(list_lag_seconds=20.0, list_ignores_properties_filter=True, invoke_properties_dropped=True)
+    other = AzureMLHook().invoke_batch_endpoint(
+        endpoint_name=ENDPOINT,
+        deployment_name=DEPLOYMENT,
+        inputs={"heart_dataset": "azureml://datastores/workspaceblobstore/paths/in/20261031/"},
+        job_name="other-unit-job",
+        experiment_name=naming.experiment_name("azureml_invoke_case"),
+    )
+    workspace.add_fault(kind="drop", when="after", route="invoke")
+    workspace.add_fault(kind="drop", route="invoke", count=4)
+    run, failures = run_dag("azureml_invoke_case", {"retries": 1, "lose_task_state": True})
+    assert str(run.state) == "success", (task_states(run), failures)
+    result = xcom_value(run, "invoke")
+    assert result["job_names"] == [result["job_name"]] and result["job_name"] not in (other, "other-unit-job")
+    jobs = {j.name: j.status for j in workspace.jobs()}
+    assert len(jobs) == 2 and result["job_name"] in jobs and other in jobs, jobs
+    assert len(requests_for(workspace, "POST", "/jobs")) == 6, "the retry invoked again"
     assert try_numbers(run) == 2
     assert_scored_once(workspace, result["job_name"])
 
