@@ -383,8 +383,15 @@ class Emulator:
         }
 
     def spot_histories(self) -> dict[str, Any]:
-        """The spot history blobs the provider wrote (name -> parsed JSON): the emulator's own record."""
+        """The spot history blobs the provider wrote (name -> parsed JSON): the emulator's own record.
+        The unit journals in the same container (``units/``) are ``unit_journals()``."""
+        return {k: v for k, v in self._history_container_blobs().items() if not k.startswith("units/")}
 
+    def unit_journals(self) -> dict[str, Any]:
+        """The unit journal blobs the provider wrote in the spot history's container (``units/...``)."""
+        return {k: v for k, v in self._history_container_blobs().items() if k.startswith("units/")}
+
+    def _history_container_blobs(self) -> dict[str, Any]:
         def read() -> dict[str, Any]:
             container = self.workspace.blobs.containers.get(SPOT_HISTORY_CONTAINER)
             if container is None:
