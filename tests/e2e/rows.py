@@ -178,14 +178,14 @@ def partition_jobs(e2e: E2E, interval: str, partition: int) -> list[Any]:
 
 
 def sql(e2e: E2E, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of a query on the deployment's metadata DB; a statement that returns none is committed."""
     import psycopg2
 
-    e2e.emulator.forget_spot_histories()  # the blob store (the connection's spot_history_url)
     conn = psycopg2.connect(host="127.0.0.1", port=e2e.postgres.port, user="airflow", dbname="airflow")
     try:
-        with conn.cursor() as cur:
+        with conn, conn.cursor() as cur:
             cur.execute(query, args)
-            return list(cur.fetchall())
+            return list(cur.fetchall()) if cur.description is not None else []
     finally:
         conn.close()
 
