@@ -81,11 +81,17 @@ class UnitJournal:
         self.available = True
 
     def _failed(self, doing: str, exc: Exception) -> None:
+        # Not used again in this process: each failing call may spend Storage's own retries (minutes).
+        self.available = False
         if isinstance(exc, StoreUnavailable):
-            self.available = False
             log.warning("%s The unit journal is not kept: a lost task state relies on Azure's LIST alone.", exc)
         else:
-            log.warning("Could not %s the unit journal %s (%s).", doing, self.blob.where, type(exc).__name__)
+            log.warning(
+                "Could not %s the unit journal %s (%s); not using it again in this try.",
+                doing,
+                self.blob.where,
+                type(exc).__name__,
+            )
 
     def load(self) -> JournalRecord:
         if not self.available:

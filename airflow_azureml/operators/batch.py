@@ -402,19 +402,27 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     def carries_unit(self, arm_job: dict[str, Any]) -> bool:
         """A batch job is this unit's when Azure's own record of it matches: the endpoint
         (``azureml.endpointname``), the deployment (``azureml.deploymentname``, the spot one or the fallback),
-        the experiment, input paths among ours and, when given, our output paths (docs/operators.md)."""
+        the experiment, the same input paths, and our output paths (without ``outputs``: only Azure's
+        default ones, under the job's own name). Never with ``job_identity``: the unit is then not the work
+        alone, and another unit's job may carry the same work (docs/operators.md)."""
+        if self.job_identity:
+            return False
         props = arm_job.get("properties") or {}
         if (props.get("properties") or {}).get("azureml.endpointname") != self.endpoint_name:
             return False
-        deployment = (props.get("tags") or {}).get("azureml.deploymentname")
-        if self.deployment_name and deployment not in {self.deployment_name, self.fallback_deployment}:
+        deployments = {d for d in (self.deployment_name, self.fallback_deployment) if d}
+        if deployments and (props.get("tags") or {}).get("azureml.deploymentname") not in deployments:
             return False
         if props.get("experimentName") != (self.experiment_name or naming.experiment_name(self.dag_id)):
             return False
         inputs = job_places(arm_job, "inputs")
-        if not inputs or not inputs <= {data_place(uri) for uri in self.inputs.values()}:
+        if not inputs or inputs != {data_place(uri) for uri in self.inputs.values()}:
             return False
-        return {data_place(uri) for uri in (self.outputs or {}).values()} <= job_places(arm_job, "outputs")
+        outputs = job_places(arm_job, "outputs")
+        if not self.outputs:  # Azure's default outputs name the job: another unit asked for its own paths
+            name = str(arm_job.get("name") or "")
+            return bool(name) and all(name in place for place in outputs)
+        return {data_place(uri) for uri in self.outputs.values()} <= outputs
 
     def work_identity(self) -> dict[str, Any]:
         """The work itself: what is scored, by which deployment, and where the output goes."""

@@ -204,7 +204,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     @property
     def _chain(self) -> JobChain:
-        return JobChain(self.hook, self._name, self.log, journaled=self._journaled, carrier=self.carries_unit)
+        has_carrier = type(self).carries_unit is not AzureMLJobOperatorBase.carries_unit
+        carrier = self.carries_unit if has_carrier else None  # none: no unfiltered LIST for it
+        return JobChain(self.hook, self._name, self.log, journaled=self._journaled, carrier=carrier)
 
     def _journal(self, key: str) -> UnitJournal | None:
         """The unit's journal (``unit_journal``), one per task process; None where no container is known."""
@@ -555,11 +557,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         fallback = self.fallback_target() if state.fallback_rule else None
         where = f" on the fallback {fallback} ({state.fallback_rule})" if fallback else ""
         self.log.info("Submitting job %s (resubmission %d)%s.", requested, n, where)
-        state.submitting = {"n": n, "at": time.time()}
-        self._remember(context, state)  # before the request: a crash from here on leaves this record
         journal = self._journal(state.key)
         if journal is not None:
-            journal.submitting(n, state.submitting["at"])  # the record that outlives the task state
+            journal.submitting(n, time.time())  # the record that outlives the task state
+        state.submitting = {"n": n, "at": time.time()}  # after the journal: its write does not age the record
+        self._remember(context, state)  # before the request: a crash from here on leaves this record
         try:
             name = self.submit_job(context, requested, fallback, naming.job_markers(state.key, n)) or requested
         except Exception as exc:
@@ -567,8 +569,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             # must not wait for one. Otherwise the job may exist, created late in the call: the wait counts from now.
             state.submitting = None if refused(exc) else {"n": n, "at": time.time()}
             self._remember(context, state)
-            if journal is not None and state.submitting is None:
-                journal.submitted(n, None)
+            if journal is not None:
+                if state.submitting is None:
+                    journal.submitted(n, None)
+                else:
+                    journal.submitting(n, state.submitting["at"])  # re-dated, as the task state
             raise
         if name != requested:
             name = self._chain.follow_returned(state, n, requested, name)

@@ -208,7 +208,8 @@ class JobChain:
         pending = state.submitting
         if not pending or pending.get("n") != n:
             return None
-        deadline = float(pending.get("at") or 0.0) + lifecycle.LIST_LAG_SECONDS
+        began = min(float(pending.get("at") or 0.0), time.time())  # a clock ahead never stretches the wait
+        deadline = began + lifecycle.LIST_LAG_SECONDS
         self.log.warning(
             "An earlier try stopped while submitting resubmission %d; looking for its job until %s "
             "(Azure's LIST can lag behind a new job) before submitting again.",
@@ -224,7 +225,7 @@ class JobChain:
             snapshot = self.hook.job_snapshot(self.requested(state, n))
             if snapshot is not None:
                 return snapshot.name
-            carried = self.carried(state, float(pending.get("at") or 0.0))
+            carried = self.carried(state, began)
             if carried is not None:
                 return carried
             left = deadline - time.time()

@@ -84,10 +84,14 @@ def test_an_unavailable_store_is_logged_and_never_raised(caplog: pytest.LogCaptu
     assert "relies on Azure's LIST alone" in caplog.text
 
 
-def test_another_storage_error_is_logged_and_the_journal_kept(caplog: pytest.LogCaptureFixture) -> None:
-    journal = UnitJournal(FakeBlob(fail=OSError("reset")), "k")  # type: ignore[arg-type]
+def test_another_storage_error_is_logged_and_the_journal_not_used_again(caplog: pytest.LogCaptureFixture) -> None:
+    blob = FakeBlob(fail=OSError("reset"))
+    journal = UnitJournal(blob, "k")  # type: ignore[arg-type]
     assert journal.load() == JournalRecord()
-    assert journal.available and "Could not read the unit journal" in caplog.text
+    assert not journal.available and "Could not read the unit journal" in caplog.text
+    blob.fail = None
+    journal.submitting(0, 1.0)  # each failing call may spend Storage's retries: one is enough
+    assert blob.writes == 0
 
 
 # ---------------------------------------------------------------- data places and the batch job's carrier
@@ -163,12 +167,23 @@ def test_the_units_job_carries_it_on_either_deployment(deployment: str) -> None:
         _arm_job(OURS_IN, {"score": "azureml://datastores/ws/paths/out/20261102/"}),  # another output
         _arm_job(OURS_IN, {}),  # Azure's default output: not the one asked for
         _arm_job({}, OURS_OUT),  # no inputs at all
+        _arm_job({**OURS_IN, "e": "azureml://datastores/ws/paths/extra/"}, OURS_OUT),  # more inputs than ours
         _arm_job(OURS_IN, OURS_OUT, endpoint="other-ep"),
         _arm_job(OURS_IN, OURS_OUT, deployment="blue"),
         _arm_job(OURS_IN, OURS_OUT, experiment="adhoc"),
         {"name": "x"},
     ],
-    ids=["input", "output", "default-output", "no-inputs", "endpoint", "deployment", "experiment", "empty"],
+    ids=[
+        "input",
+        "output",
+        "default-output",
+        "no-inputs",
+        "more-inputs",
+        "endpoint",
+        "deployment",
+        "experiment",
+        "empty",
+    ],
 )
 def test_a_job_of_other_work_does_not_carry_the_unit(job: dict[str, Any]) -> None:
     assert not _operator().carries_unit(job)
@@ -177,3 +192,22 @@ def test_a_job_of_other_work_does_not_carry_the_unit(job: dict[str, Any]) -> Non
 def test_without_a_deployment_any_deployment_of_the_endpoint_carries_it() -> None:
     op = _operator(deployment_name=None, fallback_deployment=None)
     assert op.carries_unit(_arm_job(OURS_IN, OURS_OUT, deployment="whatever-is-default"))
+
+
+def test_with_a_job_identity_no_job_carries_the_unit() -> None:
+    # job_identity may tell apart units of the same work (e.g. one per DAG run): the work cannot
+    assert not _operator(job_identity="{{ run_id }}").carries_unit(_arm_job(OURS_IN, OURS_OUT))
+
+
+def test_without_outputs_only_azures_default_outputs_carry_the_unit() -> None:
+    op = _operator(outputs=None)
+    default = {"score": "azureml://datastores/workspaceblobstore/paths/azureml/batchjob-1/score/"}
+    assert op.carries_unit(_arm_job(OURS_IN, default))
+    assert op.carries_unit(_arm_job(OURS_IN, {}))
+    assert not op.carries_unit(_arm_job(OURS_IN, OURS_OUT))  # another unit asked for its own output path
+
+
+def test_a_job_without_the_deployment_tag_does_not_carry_a_unit_with_one() -> None:
+    job = _arm_job(OURS_IN, OURS_OUT)
+    del job["properties"]["tags"]
+    assert not _operator(fallback_deployment=None).carries_unit(job)
