@@ -403,9 +403,10 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         """A batch job is this unit's when Azure's own record of it matches: the endpoint
         (``azureml.endpointname``), the deployment (``azureml.deploymentname``, the spot one or the fallback),
         the experiment, the same input paths, and our output paths (without ``outputs``: only Azure's
-        default ones, under the job's own name). Never with ``job_identity``: the unit is then not the work
-        alone, and another unit's job may carry the same work (docs/operators.md)."""
-        if self.job_identity:
+        default ones, under the job's own name). With ``job_identity`` only when ``outputs`` are given: the
+        identity may set apart units of the same work, and then their own output paths tell their jobs apart
+        (as in ``dags/``: one output folder per attempt; docs/operators.md)."""
+        if self.job_identity and not self.outputs:
             return False
         props = arm_job.get("properties") or {}
         if (props.get("properties") or {}).get("azureml.endpointname") != self.endpoint_name:

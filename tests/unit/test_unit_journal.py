@@ -194,9 +194,13 @@ def test_without_a_deployment_any_deployment_of_the_endpoint_carries_it() -> Non
     assert op.carries_unit(_arm_job(OURS_IN, OURS_OUT, deployment="whatever-is-default"))
 
 
-def test_with_a_job_identity_no_job_carries_the_unit() -> None:
-    # job_identity may tell apart units of the same work (e.g. one per DAG run): the work cannot
-    assert not _operator(job_identity="{{ run_id }}").carries_unit(_arm_job(OURS_IN, OURS_OUT))
+def test_with_a_job_identity_only_the_output_path_tells_units_apart() -> None:
+    # job_identity may tell apart units of the same work (e.g. one per DAG run): the work cannot, unless
+    # each unit writes to its own output path (dags/: one output folder per attempt)
+    assert not _operator(job_identity="{{ run_id }}", outputs=None).carries_unit(_arm_job(OURS_IN, {}))
+    op = _operator(job_identity="part-1#redo-1", outputs={"score": "azureml://datastores/ws/paths/out/redo-1/"})
+    assert op.carries_unit(_arm_job(OURS_IN, {"score": "azureml://datastores/ws/paths/out/redo-1"}))
+    assert not op.carries_unit(_arm_job(OURS_IN, OURS_OUT))  # the first attempt's job: another unit
 
 
 def test_without_outputs_only_azures_default_outputs_carry_the_unit() -> None:
