@@ -8,6 +8,7 @@ fault into its deployment's one emulator, so rows of one file run one after anot
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -152,8 +153,18 @@ def trigger_polled(e2e: E2E, run_id: str, interval: str, partition: int) -> bool
 
 
 def pid_owning_local_port(port: int) -> int | None:
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.pid:
+    """The process whose connection to this test process's emulator has local port ``port``.
+
+    The remote end must be a port this process listens on: Linux gives one local port number to
+    connections to different peers, so matching the number alone once killed another xdist worker
+    (its own client socket had the same number; `.ci/run` of fb9c063: "worker 'gw0' crashed")."""
+    conns = psutil.net_connections(kind="tcp")
+    me = os.getpid()
+    listening = {c.laddr.port for c in conns if c.pid == me and c.status == psutil.CONN_LISTEN and c.laddr}
+    for conn in conns:
+        if not (conn.laddr and conn.raddr and conn.pid) or conn.pid == me:
+            continue
+        if conn.laddr.port == port and conn.raddr.port in listening:
             return int(conn.pid)
     return None
 
