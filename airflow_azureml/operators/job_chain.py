@@ -8,7 +8,6 @@ are also looked up, for a LIST that lags. What the reads mean is decided in ``li
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import lifecycle, naming
+from airflow_azureml.assets import DatastorePath, parse_datastore_uri
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.outcomes import JobSnapshot
 
@@ -29,16 +29,11 @@ CARRIER_CLOCK_SKEW_SECONDS = 120.0
 
 
 def data_place(uri: Any) -> str:
-    """A data URI as one place, however it was written: ``azureml://subscriptions/.../workspaces/<ws>/datastores/``
-    is the workspace's ``azureml://datastores/`` (the SDK may send either), and a trailing ``/`` is dropped."""
+    """A data URI as one place, however it was written: a datastore URI in its short form (the SDK may send
+    the workspace-qualified one; ``assets.parse_datastore_uri`` reads both), any other with no trailing ``/``."""
     text = str(uri or "").strip()
-    text = re.sub(
-        r"^azureml://subscriptions/[^/]+/resourcegroups/[^/]+/workspaces/[^/]+/",
-        "azureml://",
-        text,
-        flags=re.IGNORECASE,
-    )
-    return text.rstrip("/")
+    parsed = parse_datastore_uri(text)
+    return DatastorePath(parsed.datastore, parsed.path).uri if parsed else text.rstrip("/")
 
 
 def job_places(arm_job: dict[str, Any], side: str) -> set[str]:
