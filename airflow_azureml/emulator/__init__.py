@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_azureml.emulator.runtime import Timing
+    from airflow_azureml.emulator.behaviour import Timing
     from airflow_azureml.emulator.server import Emulator
 
 __all__ = ["Emulator", "Timing"]
@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return Emulator
     if name == "Timing":
-        from airflow_azureml.emulator.runtime import Timing
+        from airflow_azureml.emulator.behaviour import Timing
 
         return Timing
     raise AttributeError(name)

@@ -13,17 +13,26 @@ they happened (ingestion lag), and a principal without read access at the resour
 Least convenient where Azure is silent: ``caller`` is the principal's object id (no friendly name),
 ``resourceId`` comes upper-cased in its provider segment, each cancel is two events (``Started``, then
 ``Accepted``), and pages hold at most 50 events.
+
+``ActivityLogRoutes`` is the part of ``Routes`` (emulator.routes) that serves the list; ``token_principal``
+reads a request's caller out of its bearer token (for the events' ``caller`` and the request log).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
+import json
 import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
-from airflow_azureml.emulator.runtime import EmulatorError
+from aiohttp import web
+
+from airflow_azureml.emulator.errors import EmulatorError, arm_error
 
 PAGE_SIZE = 50
 CANCEL_OPERATION = "Microsoft.MachineLearningServices/workspaces/jobs/cancel/action"
@@ -132,3 +141,42 @@ class ActivityLog:
                 continue
             found.append(event)
         return sorted(found, key=lambda e: e["eventTimestamp"], reverse=True)  # newest first
+
+
+def token_principal(token: str) -> dict[str, str]:
+    """Who sent a request: the token's application (client) id and object id, for the request log."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error):
+        return {}
+    if not isinstance(claims, dict):
+        return {}
+    return {k: str(claims[c]) for k, c in (("client_id", "appid"), ("oid", "oid")) if claims.get(c)}
+
+
+class ActivityLogRoutes:
+    """The part of ``Routes`` (emulator.routes) that serves the Activity Log."""
+
+    async def activity_log(self, request: web.Request) -> web.Response:
+        """Activity Logs - List: the events the ``$filter`` selects, newest first, 50 a page (emulator.activity_log)."""
+        if request.match_info["sub"] != self.sub:
+            return arm_error(
+                404, "SubscriptionNotFound", f"The subscription '{request.match_info['sub']}' could not be found."
+            )
+        if not self.ws.behaviour.activity_log_reader:
+            return arm_error(
+                403,
+                "AuthorizationFailed",
+                "The client does not have authorization to perform action 'Microsoft.Insights/eventtypes/values/read' "
+                f"over scope '/subscriptions/{self.sub}'.",
+            )
+        events = self.activity.query(request.query.get("$filter", ""))
+        skip = int(request.query.get("$skiptoken", "0"))
+        page = events[skip : skip + PAGE_SIZE]
+        body: dict[str, Any] = {"value": page}
+        if skip + PAGE_SIZE < len(events):
+            query = {k: v for k, v in request.query.items() if k != "$skiptoken"}
+            query["$skiptoken"] = str(skip + PAGE_SIZE)
+            body["nextLink"] = f"{self.base_url}{request.path}?{urlencode(query)}"
+        return web.json_response(body)

@@ -45,7 +45,7 @@ from airflow_azureml.emulator.kubernetes import (
 )
 from airflow_azureml.emulator.models import Job
 from airflow_azureml.emulator.routes import Routes, arm_error, token_principal
-from airflow_azureml.emulator.runtime import EmulatorError, Timing, Workspace
+from airflow_azureml.emulator.workspace import EmulatorError, Timing, Workspace
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -402,7 +402,7 @@ def test_kubectl_validation_refuses_an_unknown_field(emulator: Emulator, tmp_pat
     ],
 )
 def test_data_paths_never_leave_the_datastores_folder(emulator: Emulator, uri: str) -> None:
-    from airflow_azureml.emulator.runtime import EmulatorError
+    from airflow_azureml.emulator.errors import EmulatorError
 
     emulator.datastore_path("azureml://datastores/workspaceblobstore/paths/")
     before = sorted(p.name for p in emulator.data_dir.iterdir())
