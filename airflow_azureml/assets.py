@@ -9,8 +9,9 @@ Azure ML addresses data on a datastore with two URI forms (Microsoft Learn, "Acc
 Both are Assets here, kept in the form the DAG wrote (the short form names no workspace, so two
 workspaces' equal short URIs are one Asset; write the long form to tell them apart). Job output
 URIs (``azureml://jobs/<job>/outputs/<name>``) are accepted too, but never emitted: they name no place.
-Registered with Airflow through ``get_provider_info`` (``asset-uris``). Nothing here imports
-``azure.ai.ml`` or OpenLineage at import time.
+Registered with Airflow through ``get_provider_info`` (``asset-uris``: the handler and the factory here,
+the OpenLineage converter in ``airflow_azureml.openlineage``, which imports this module and never the
+other way). Nothing here imports ``azure.ai.ml`` or OpenLineage at import time.
 """
 
 from __future__ import annotations
@@ -111,26 +112,6 @@ def create_asset(*, datastore: str, path: str = "", extra: dict[str, Any] | None
     from airflow.sdk import Asset
 
     return Asset(uri=datastore_uri(datastore, path), extra=extra)
-
-
-def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Any:
-    """Airflow's OpenLineage converter. The datastore is resolved to its storage account (``abfss://``,
-    ``wasbs://``) only when the context is an ``AzureMLHook`` (hook lineage); for a task's declared
-    inlets and outlets Airflow gives no context, so the namespace stays
-    ``azureml://[<workspace>/]datastores/<datastore>`` and the name is the path."""
-    from airflow.providers.common.compat.openlineage.facet import Dataset
-
-    place = parse_datastore_uri(asset.uri)
-    if place is None:  # a job output: the URI itself is the only name it has
-        parts = urlsplit(asset.uri)
-        return Dataset(namespace=f"{SCHEME}://{parts.netloc}", name=parts.path.lstrip("/") or "/")
-    from airflow_azureml.hooks.azure_ml import AzureMLHook
-
-    if isinstance(lineage_context, AzureMLHook):
-        from airflow_azureml.openlineage import DatastoreResolver
-
-        return Dataset(namespace=DatastoreResolver(lineage_context).namespace(place), name=place.path or "/")
-    return Dataset(namespace=place.datastore_root, name=place.path or "/")
 
 
 # ------------------------------------------------------------------ asset events at run time

@@ -53,7 +53,7 @@ def get_provider_info() -> dict[str, Any]:
                 "schemes": ["azureml"],
                 "handler": "airflow_azureml.assets.sanitize_uri",
                 "factory": "airflow_azureml.assets.create_asset",
-                "to_openlineage_converter": "airflow_azureml.assets.convert_asset_to_openlineage",
+                "to_openlineage_converter": "airflow_azureml.openlineage.convert_asset_to_openlineage",
             }
         ],
         "connection-types": [

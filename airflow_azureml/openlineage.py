@@ -1,8 +1,11 @@
-"""OpenLineage for the job operators: datasets named as the OpenLineage naming spec says, and the job's facts.
+"""OpenLineage for the job operators and Assets: datasets named as the OpenLineage naming spec says, the job's facts.
 
-Called only from the operators' ``get_openlineage_facets_on_*`` methods, and OpenLineage itself is imported
-only when a function here runs: the base install needs neither ``openlineage-python`` nor
-``apache-airflow-providers-openlineage`` (extra ``[openlineage]``), and this module imports without them.
+Called only from the operators' ``get_openlineage_facets_on_*`` methods and from Airflow, through the
+``azureml`` Asset scheme's converter (``convert_asset_to_openlineage``, registered in ``get_provider_info``;
+it lives here, beside the datastore resolution it shares, so that this module imports ``assets`` and
+``assets`` never imports it). OpenLineage itself is imported only when a function here runs: the base
+install needs neither ``openlineage-python`` nor ``apache-airflow-providers-openlineage`` (extra
+``[openlineage]``), and this module imports without them.
 
 Naming (OpenLineage spec, "Dataset Naming"; the same as ``openlineage.client.naming.dataset``):
 
@@ -23,12 +26,13 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from airflow_azureml.assets import DatastorePath, parse_datastore_uri
+from airflow_azureml.assets import SCHEME, DatastorePath, parse_datastore_uri
 from airflow_azureml.redaction import scrub
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.openlineage.facet import Dataset
     from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Asset
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +126,24 @@ def dataset(uri: Any, resolver: DatastoreResolver) -> Dataset | None:
         return Dataset(namespace=resolver.namespace(place), name=place.path or "/")
     parts = urlsplit(uri)  # abfss://, wasbs://, https://, azureml://jobs/...: the URI as written
     return Dataset(namespace=f"{parts.scheme}://{parts.netloc}", name=parts.path.lstrip("/") or "/")
+
+
+def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Any:
+    """Airflow's OpenLineage converter. The datastore is resolved to its storage account (``abfss://``,
+    ``wasbs://``) only when the context is an ``AzureMLHook`` (hook lineage); for a task's declared
+    inlets and outlets Airflow gives no context, so the namespace stays
+    ``azureml://[<workspace>/]datastores/<datastore>`` and the name is the path."""
+    from airflow.providers.common.compat.openlineage.facet import Dataset
+
+    place = parse_datastore_uri(asset.uri)
+    if place is None:  # a job output: the URI itself is the only name it has
+        parts = urlsplit(asset.uri)
+        return Dataset(namespace=f"{SCHEME}://{parts.netloc}", name=parts.path.lstrip("/") or "/")
+    from airflow_azureml.hooks.azure_ml import AzureMLHook
+
+    if isinstance(lineage_context, AzureMLHook):
+        return Dataset(namespace=DatastoreResolver(lineage_context).namespace(place), name=place.path or "/")
+    return Dataset(namespace=place.datastore_root, name=place.path or "/")
 
 
 def _datasets(uris: Iterable[Any], resolver: DatastoreResolver) -> list[Dataset]:

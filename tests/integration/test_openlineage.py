@@ -232,7 +232,7 @@ def test_datastores_resolve_through_the_connection(emulator: Emulator, azureml_c
     # the asset converter resolves too when Airflow hands it the hook (hook lineage), and cannot without it
     from airflow.sdk import Asset
 
-    from airflow_azureml.assets import convert_asset_to_openlineage
+    from airflow_azureml.openlineage import convert_asset_to_openlineage
 
     asset = Asset("azureml://datastores/workspaceblobstore/paths/scoring/output")
     assert convert_asset_to_openlineage(asset, AzureMLHook()).namespace == BLOB
