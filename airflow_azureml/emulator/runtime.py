@@ -31,7 +31,7 @@ from airflow_azureml.emulator.azure_rules import (
 from airflow_azureml.emulator.billing import Ledger
 from airflow_azureml.emulator.blobs import BlobStore
 from airflow_azureml.emulator.codes import CodeAssets
-from airflow_azureml.emulator.kubernetes import KubeCluster
+from airflow_azureml.emulator.kubernetes.store import KubeCluster
 from airflow_azureml.emulator.models import (
     ACTIVE_JOB_STATES,
     CAPACITY_LOST_MESSAGE,
