@@ -6,11 +6,17 @@ limits. Azure rejects a bad definition only when it is applied, or later when a 
 This module checks the same rules offline, before anything is sent, and raises ``AzureMLConfigError``
 (never retried) with the instance type and the field in the message.
 
+Some rules of the source article read two ways (``AMBIGUOUS_RULES``; docs/instance_types.md). This
+module refuses only what both readings refuse; input that only the strict reading refuses is accepted
+with a warning on this module's logger that names the rule and both readings, because Azure ML may
+refuse it (the emulator takes the strict reading).
+
 Pure Python: no network access, and neither ``kubernetes`` nor ``azure.ai.ml`` is imported.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -24,6 +30,8 @@ import yaml
 
 if TYPE_CHECKING:
     from airflow_azureml.exceptions import AzureMLConfigError
+
+log = logging.getLogger(__name__)
 
 
 def _config_error(message: str) -> AzureMLConfigError:
@@ -46,11 +54,77 @@ CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
 
-#: A deployment's ``resources.requests.memory`` may not be below 1 MB (decimal megabyte).
+#: A deployment's ``resources.requests.memory`` may not be below 1 MB: refused below 1M (both readings),
+#: warned below 1Mi (the strict reading; ``AMBIGUOUS_RULES["request-memory-minimum"]``).
 MIN_REQUEST_MEMORY_BYTES = 10**6
-#: MLflow deployments need at least 2 CPU cores and 4 GB (decimal gigabytes) of requested memory.
+STRICT_MIN_REQUEST_MEMORY_BYTES = 2**20
+#: MLflow deployments need at least 2 CPU cores and 4 GB of requested memory: refused below 4G (both
+#: readings), warned below 4Gi (the strict reading; ``AMBIGUOUS_RULES["mlflow-memory"]``).
 MLFLOW_MIN_CPU_MILLICORES = 2000
 MLFLOW_MIN_MEMORY_BYTES = 4 * 10**9
+STRICT_MLFLOW_MIN_MEMORY_BYTES = 4 * 2**30
+
+
+@dataclass(frozen=True)
+class AmbiguousRule:
+    """A rule of source document 003 with two plausible readings (docs/instance_types.md)."""
+
+    name: str
+    #: What the document says, and where.
+    source: str
+    #: The reading that accepts more: what it refuses, this module refuses.
+    lenient: str
+    #: The reading that refuses more (the emulator's): input in between is accepted with a warning.
+    strict: str
+
+
+AMBIGUOUS_RULES: dict[str, AmbiguousRule] = {
+    rule.name: rule
+    for rule in (
+        AmbiguousRule(
+            "mlflow-memory",
+            'MLflow deployments need "at least 2 CPU cores and 4 GB of memory" requested',
+            "4 GB is 4G, 4,000,000,000 bytes",
+            "4 GB is 4Gi, 4,294,967,296 bytes (the article calls the default type's 2Gi '2 GB')",
+        ),
+        AmbiguousRule(
+            "request-memory-minimum",
+            'resources.requests.memory "may not be less than 1 MB"',
+            "1 MB is 1M, 1,000,000 bytes",
+            "1 MB is 1Mi, 1,048,576 bytes",
+        ),
+        AmbiguousRule(
+            "under-instance-type-limits",
+            "a deployment's resources must be under (\u4e0b\u56de\u308b) the instance type's limits",
+            "not above: cpu or memory equal to the instance type's limit is allowed",
+            "strictly below: cpu or memory equal to the instance type's limit is refused",
+        ),
+        AmbiguousRule(
+            "node-selector-subset",
+            "an instance type's nodeSelector must be a subset of the Azure ML extension's nodeSelector",
+            "compatible: no key with another value than the extension's; other keys narrow the nodes further "
+            "(workloads run on nodes that match both selectors)",
+            "every key=value pair must also be in the extension's nodeSelector",
+        ),
+    )
+}
+
+
+def _warn_ambiguous(rule_name: str, where: str, problem: str) -> None:
+    """Accept input that only the strict reading of an ambiguous rule refuses, and say so."""
+    rule = AMBIGUOUS_RULES[rule_name]
+    log.warning(
+        "%s %s. Source document 003 rule %r is ambiguous (%s): the lenient reading (%s) accepts this, the "
+        "strict reading (%s) refuses it. Accepted here, but Azure ML may refuse it; the emulator takes the "
+        "strict reading (docs/instance_types.md).",
+        where,
+        problem,
+        rule.name,
+        rule.source,
+        rule.lenient,
+        rule.strict,
+    )
+
 
 # Kubernetes object names (cluster-scoped custom resources): a DNS-1123 subdomain.
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -420,7 +494,8 @@ def validate_instance_types(
 
     When the Azure ML extension was installed with a nodeSelector, it applies to every instance type, and an
     instance type's own nodeSelector must be a subset of it. An empty or missing extension selector imposes
-    nothing.
+    nothing. Another value for one of the extension's keys is refused; a key the extension's selector does
+    not have is only warned about (``AMBIGUOUS_RULES["node-selector-subset"]``).
     """
     ext = _check_string_map(extension_node_selector, "extension nodeSelector") if extension_node_selector else {}
     seen: set[str] = set()
@@ -435,11 +510,12 @@ def validate_instance_types(
             continue
         for key, value in item.node_selector.items():
             if key not in ext:
-                raise _fail(
+                _warn_ambiguous(
+                    "node-selector-subset",
                     f"instance type {item.name!r}: nodeSelector.{key}",
-                    f"is not in the extension's nodeSelector {ext}; it must be a subset of it",
+                    f"is not in the extension's nodeSelector {ext}",
                 )
-            if ext[key] != value:
+            elif ext[key] != value:
                 raise _fail(
                     f"instance type {item.name!r}: nodeSelector.{key}",
                     f"is {value!r} but the extension's nodeSelector has {ext[key]!r}; it must be a subset of it",
@@ -499,6 +575,9 @@ def check_resources_fit(resources: Mapping[str, Any] | None, instance_type: Inst
 
     Requests need cpu and memory (memory at least 1 MB). Limits are needed only for a GPU, and then
     cpu, memory and ``nvidia.com/gpu`` are all required. No value may exceed the instance type's limits.
+    A memory request under 1Mi, or a cpu or memory value equal to the instance type's limit, is accepted
+    with a warning: the article's "1 MB" and "under the limits" read two ways (``AMBIGUOUS_RULES``). The GPU
+    count may equal the instance type's: GPUs are whole devices.
     Without a resources section, the instance type's own resources are used, so there is nothing to check.
     Keys other than requests/limits (such as ``instance_type``) are ignored.
     """
@@ -519,6 +598,8 @@ def check_resources_fit(resources: Mapping[str, Any] | None, instance_type: Inst
     }
     if asked[f"requests.{MEMORY}"][0] < MIN_REQUEST_MEMORY_BYTES:
         raise _fail(f"{where}.requests.{MEMORY}", f"({requests[MEMORY]!r}) must be at least 1 MB")
+    if asked[f"requests.{MEMORY}"][0] < STRICT_MIN_REQUEST_MEMORY_BYTES:
+        _warn_ambiguous("request-memory-minimum", f"{where}.requests.{MEMORY}", f"({requests[MEMORY]!r}) is below 1Mi")
     limits = resources.get("limits")
     gpus = 0
     if limits is not None:
@@ -542,6 +623,13 @@ def check_resources_fit(resources: Mapping[str, Any] | None, instance_type: Inst
                 f"({text!r}) exceeds the limit of instance type {instance_type.name!r} "
                 f"({key}: {instance_type.limits[key]!r})",
             )
+        if amount == capacity[key]:
+            _warn_ambiguous(
+                "under-instance-type-limits",
+                f"{where}.{path}",
+                f"({text!r}) equals the limit of instance type {instance_type.name!r} "
+                f"({key}: {instance_type.limits[key]!r})",
+            )
     if gpus > instance_type.gpu_limit:
         raise _fail(
             f"{where}.limits.{GPU}",
@@ -553,6 +641,7 @@ def check_mlflow_minimum(resources_or_instance_type: InstanceType | Mapping[str,
     """MLflow model deployments fail with less than 2 CPU cores and 4 GB of requested memory.
 
     Pass the deployment's ``resources`` section, or, when it has none, the instance type it runs on.
+    Refused below 4G; between 4G and 4Gi accepted with a warning (``AMBIGUOUS_RULES["mlflow-memory"]``).
     """
     target = resources_or_instance_type
     if isinstance(target, InstanceType):
@@ -576,14 +665,18 @@ def check_mlflow_minimum(resources_or_instance_type: InstanceType | Mapping[str,
         raise _fail(f"{where}.{CPU}", f"({cpu_text!r}) is below the 2 CPU cores MLflow deployments need")
     if memory < MLFLOW_MIN_MEMORY_BYTES:
         raise _fail(f"{where}.{MEMORY}", f"({memory_text!r}) is below the 4 GB of memory MLflow deployments need")
+    if memory < STRICT_MLFLOW_MIN_MEMORY_BYTES:
+        _warn_ambiguous("mlflow-memory", f"{where}.{MEMORY}", f"({memory_text!r}) is 4 GB but below 4Gi")
 
 
 __all__ = [
+    "AMBIGUOUS_RULES",
     "API_VERSION",
     "DEFAULT_NAME",
     "GROUP",
     "PLURAL",
     "VERSION",
+    "AmbiguousRule",
     "InstanceType",
     "builtin_default_instance_type",
     "check_mlflow_minimum",

@@ -166,7 +166,7 @@ with DAG(
         instance_type="gpusmall",
         resource_requests={
             "requests": {"cpu": "2", "memory": "8Gi"},
-            "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1},
+            "limits": {"cpu": "3", "memory": "12Gi", "nvidia.com/gpu": 1},
         },
         job_identity="{{ dag.dag_id }}/{{ data_interval_start }}/gpu",
         deferrable=DEFERRABLE,

@@ -13,16 +13,24 @@ The article's rules:
   (``"100m"``) or cores (``"1"`` = ``1000m``); memory a number and a suffix (``"1024Mi"``).
   ``nvidia.com/gpu`` is an integer, and only in ``limits``. ``nodeSelector`` is a string map.
 - When the extension was installed with a nodeSelector, every instance type's nodeSelector must be a
-  subset of it.
+  subset of it: each key=value pair of the instance type's is also the extension's.
 - MLflow model deployments need at least 2 CPU cores and 4 GB of memory requested, or the deployment
-  fails (``check_mlflow_minimum``). "GB" is read as decimal gigabytes (4 x 10^9 bytes), as Kubernetes'
-  ``G``; the document does not say which.
+  fails (``check_mlflow_minimum``).
 - A deployment's or job's ``resources`` section needs ``requests.cpu`` and ``requests.memory``
   (memory at least 1 MB). ``limits`` may be left out unless a GPU is wanted; then ``limits.cpu``,
-  ``limits.memory`` and ``limits.nvidia.com/gpu`` are all needed. The limits must be "less than" the
-  instance type's limits. Read here as "not above": a job without a resources section gets exactly the
-  instance type's limits, and Kubernetes lets a pod's request equal its limit (docs/emulator.md notes
-  this reading).
+  ``limits.memory`` and ``limits.nvidia.com/gpu`` are all needed. The resources must be under
+  (``下回る``) the instance type's limits.
+
+Where the document reads two ways, this module takes the strict reading (docs/instance_types.md lists
+each rule; the provider refuses only what both readings refuse and warns in between):
+
+- "4 GB" is 4Gi (4 x 2^30 bytes): the article itself calls the default type's ``2Gi`` "2 GB".
+- "1 MB" is 1Mi (2^20 bytes).
+- "under the instance type's limits" is strictly below, for cpu and memory (requests and limits alike).
+  A GPU count may equal the instance type's: GPUs are whole devices, and "strictly fewer" would leave
+  the article's own one-GPU instance type with no GPU for any deployment that declares its resources.
+- "a subset of the extension's nodeSelector" is a subset of its key=value pairs: a key the extension's
+  selector does not have is refused.
 
 Kubernetes adds: object names are DNS-1123 subdomains (lowercase, at most 253 characters), CPU cannot be
 finer than 1m, and a request above its limit is invalid. Unknown fields are refused (strict field
@@ -46,7 +54,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DEFAULT_NAME = "defaultinstancetype"
 GPU_KEY = "nvidia.com/gpu"
 
-ONE_MEGABYTE = 1_000_000
+#: "Memory may not be less than 1 MB", read strictly as 1Mi.
+ONE_MEGABYTE = 1024**2
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUANTITY = re.compile(r"(?P<number>[0-9]+(\.[0-9]+)?|\.[0-9]+)(?P<suffix>[A-Za-z]*)")
 _BYTE_SUFFIXES = {
@@ -272,7 +281,7 @@ def check_resources(resources: Any, instance_type: InstanceTypeRecord) -> None:
         parse = cpu_millicores if key == "cpu" else memory_bytes
         asked[f"requests.{key}"] = (parse(requests[key], f"resources.requests.{key}"), requests[key])
     if asked["requests.memory"][0] < ONE_MEGABYTE:
-        raise RuleViolation(f"resources.requests.memory: {requests['memory']!r} is less than 1 MB")
+        raise RuleViolation(f"resources.requests.memory: {requests['memory']!r} is less than 1 MB (1Mi)")
     limits = resources.get("limits")
     gpus = 0
     if limits is not None:
@@ -303,6 +312,11 @@ def check_resources(resources: Any, instance_type: InstanceTypeRecord) -> None:
                 f"resources.{path}: {text!r} is above the {key} limit {instance_type.limits[key]!r} "
                 f"of instance type {instance_type.name!r}"
             )
+        if amount == capacity[key]:
+            raise RuleViolation(
+                f"resources.{path}: {text!r} is not below the {key} limit {instance_type.limits[key]!r} "
+                f"of instance type {instance_type.name!r}; the resources must be less than the instance type's limits"
+            )
     if gpus > instance_type.gpu_limit:
         raise RuleViolation(
             f"resources.limits.{GPU_KEY}: {gpus} is above the GPU limit {instance_type.gpu_limit} "
@@ -330,7 +344,7 @@ def is_datastore_name(name: Any) -> bool:
 
 # --------------------------------------------------------------------------------- MLflow deployments
 MLFLOW_MIN_CPU_MILLICORES = 2000  # source document 003: "at least 2 CPU cores"
-MLFLOW_MIN_MEMORY_BYTES = 4 * 1000**3  # "and 4 GB of memory" (decimal GB: the document does not say GiB)
+MLFLOW_MIN_MEMORY_BYTES = 4 * 1024**3  # "and 4 GB of memory", read strictly as 4Gi
 
 
 def check_mlflow_minimum(resources: Any, instance_type: InstanceTypeRecord) -> None:
@@ -352,7 +366,7 @@ def check_mlflow_minimum(resources: Any, instance_type: InstanceTypeRecord) -> N
     if cpu < MLFLOW_MIN_CPU_MILLICORES or memory < MLFLOW_MIN_MEMORY_BYTES:
         raise RuleViolation(
             f"{where}: cpu {requests['cpu']!r} and memory {requests['memory']!r}; deploying an MLflow model "
-            "needs at least 2 CPU cores and 4 GB of memory"
+            "needs at least 2 CPU cores and 4 GB (4Gi) of memory"
         )
 
 

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from airflow_azureml.emulator.azure_rules import DEFAULT_NAME
 from airflow_azureml.emulator.errors import EmulatorError, method_not_allowed, not_found
-from airflow_azureml.emulator.kubernetes import KubeCluster
+from airflow_azureml.emulator.kubernetes.store import KubeCluster
 from airflow_azureml.emulator.models import ACTIVE_JOB_STATES, Compute, utcnow
 
 # Resource names as Azure ML documents them (emulator's own copy; the provider keeps its own rules).

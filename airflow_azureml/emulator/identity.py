@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from airflow_azureml.emulator.kubernetes import is_kubernetes_path, status_response
+from airflow_azureml.emulator.kubernetes.api import is_kubernetes_path, status_response
 
 #: The Azure ML data plane's audience: the batch scoring URI takes only these tokens. azure-ai-ml asks for
 #: ``<aml_resource_id>/.default`` (its cloud metadata's ``aml_resource_id``, https://ml.azure.com/ in Azure).

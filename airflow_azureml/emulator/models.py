@@ -11,7 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_azureml.emulator.kubernetes import KubeCluster, merge_compute_instance_types
+from airflow_azureml.emulator.kubernetes.attachment import merge_compute_instance_types
+from airflow_azureml.emulator.kubernetes.store import KubeCluster
 
 # NotResponding and Paused are not ends: a stalled job can resume (the SDK's stream treats them as terminal).
 ACTIVE_JOB_STATES = frozenset(

@@ -34,15 +34,13 @@ from airflow_azureml.emulator.identity import (
     add_identity_routes,
     audience_middleware,
 )
-from airflow_azureml.emulator.kubernetes import (
+from airflow_azureml.emulator.kubernetes.api import check_cluster_name, is_kubernetes_path, status_response
+from airflow_azureml.emulator.kubernetes.attachment import (
     KUBECONFIG_TOKEN_LIFETIME,
-    KubernetesRoutes,
-    check_cluster_name,
-    is_kubernetes_path,
     kubeconfig_document,
-    status_response,
     write_kubeconfig,
 )
+from airflow_azureml.emulator.kubernetes.routes import KubernetesRoutes
 from airflow_azureml.emulator.models import Job
 from airflow_azureml.emulator.routes import Routes, arm_error, token_principal
 from airflow_azureml.emulator.workspace import EmulatorError, Timing, Workspace

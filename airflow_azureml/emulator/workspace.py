@@ -24,7 +24,7 @@ from airflow_azureml.emulator.datastores import Datastores
 from airflow_azureml.emulator.errors import EmulatorError
 from airflow_azureml.emulator.invoke import BatchInvoke
 from airflow_azureml.emulator.jobs import JobStore
-from airflow_azureml.emulator.kubernetes import KubeCluster
+from airflow_azureml.emulator.kubernetes.store import KubeCluster
 from airflow_azureml.emulator.models import Compute, Job, TrackedResource, utcnow
 from airflow_azureml.emulator.nodes import NodePool
 from airflow_azureml.emulator.pricing import PriceBook

@@ -532,7 +532,7 @@ def test_emulator_modules_import_in_one_direction() -> None:
     for module in sorted(edges):
         if module not in state:
             visit(module, [])
-    assert "airflow_azureml.emulator.kubernetes" in edges["airflow_azureml.emulator.models"]
+    assert "airflow_azureml.emulator.kubernetes.store" in edges["airflow_azureml.emulator.models"]
 
 
 def test_emulator_imports_no_provider_code() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from tests.conftest import load_dag, task_states, xcom_value
 REPO = Path(__file__).resolve().parents[2]
 TYPES_YAML = REPO / "dags" / "azureml" / "instance-types.yml"
 LOGICAL = pendulum.datetime(2026, 11, 2, tz="UTC")
+# Under gpusmall's limits (4 cores, 16Gi, 1 GPU): strictly below for cpu and memory, all of its one GPU.
 GPU_RESOURCES = {
     "requests": {"cpu": "2", "memory": "8Gi"},
-    "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1},
+    "limits": {"cpu": "3", "memory": "12Gi", "nvidia.com/gpu": 1},
 }
 
 
@@ -89,6 +91,30 @@ def test_bad_instance_type_or_resources_fail_before_submission(
     assert str(run.state) == "failed"
     assert failures[0]["type"] == "AzureMLConfigError" and message in failures[0]["message"]
     assert job_puts(k8s) == 0, "nothing may be submitted"
+
+
+@pytest.mark.parametrize("instance_types", [None, str(TYPES_YAML)], ids=["read-from-compute", "given-offline"])
+def test_limits_equal_to_the_instance_type_are_warned_by_the_provider_and_refused_by_the_emulator(
+    k8s: Emulator, run_case, caplog: pytest.LogCaptureFixture, instance_types: str | None
+) -> None:
+    """The gap of an ambiguous rule (docs/instance_types.md): limits "under" the instance type's.
+
+    A cpu limit equal to gpusmall's is not above it (the lenient reading: the provider warns and submits)
+    but not below it either (the strict reading: the emulator refuses the job).
+    """
+    equal = {**GPU_RESOURCES, "limits": {**GPU_RESOURCES["limits"], "cpu": "4"}}
+    caplog.set_level(logging.WARNING, logger="airflow_azureml.instance_types")
+    case: dict[str, Any] = {"resources": equal}
+    if instance_types:
+        case["instance_types"] = instance_types
+    run, failures = run_case("azureml_k8s_command_case", case)
+    assert str(run.state) == "failed"
+    assert failures and failures[0]["type"] != "AzureMLConfigError", failures  # not refused by the provider
+    assert "resources.limits.cpu" in failures[0]["message"], failures
+    assert job_puts(k8s) >= 1, "the provider only warned: the job reached the emulator"
+    assert not k8s.jobs(), "the emulator refused it"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("under-instance-type-limits" in w and "Azure ML may refuse" in w for w in warnings), warnings
 
 
 def test_local_definitions_check_with_no_api_call(k8s: Emulator, run_case) -> None:
