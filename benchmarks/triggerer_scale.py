@@ -72,22 +72,15 @@ class EmulatorProcess:
                 raise SystemExit("emulator did not start")
             time.sleep(0.05)
         self.info = json.loads(info_path.read_text())
-        from azure.identity import ClientSecretCredential
+        from airflow_azureml import redaction
 
-        self.credential = ClientSecretCredential(
-            self.info["tenant_id"],
-            self.info["client_id"],
-            self.info["client_secret"],
-            authority=self.info["base_url"],
-            connection_verify=self.info["ca_cert"],
-            disable_instance_discovery=True,
-        )
+        redaction.mask(self.info["control_token"])  # the control API's secret: never in a log
         self.session = requests.Session()
         self.session.trust_env = False
         self.session.verify = self.info["ca_cert"]
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.credential.get_token(self.info['base_url'] + '/.default').token}"}
+        return {"Authorization": f"Bearer {self.info['control_token']}"}  # the control API's own token
 
     def control(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.session.request(

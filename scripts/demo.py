@@ -59,26 +59,20 @@ def start_emulator(demo: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]
 
 
 class Control:
-    """The emulator's control API, as any client would use it: HTTPS with a bearer token."""
+    """The emulator's control API, as any client would use it: HTTPS with its control token as the bearer
+    (``emulator.json``'s ``control_token``; no workspace token opens it)."""
 
     def __init__(self, info: dict[str, Any]) -> None:
-        from azure.identity import ClientSecretCredential
+        from airflow_azureml import redaction
 
         self.info = info
-        self.credential = ClientSecretCredential(
-            info["tenant_id"],
-            info["client_id"],
-            info["client_secret"],
-            authority=info["base_url"],
-            connection_verify=info["ca_cert"],
-            disable_instance_discovery=True,
-        )
+        redaction.mask(info["control_token"])  # a secret: never in a log
         self.session = requests.Session()
         self.session.trust_env = False  # use the emulator's CA, not REQUESTS_CA_BUNDLE
         self.session.verify = info["ca_cert"]
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.credential.get_token(self.info['base_url'] + '/.default').token}"}
+        return {"Authorization": f"Bearer {self.info['control_token']}"}
 
     def jobs(self) -> list[dict[str, Any]]:
         return self.session.get(f"{self.info['base_url']}/_emulator/jobs", headers=self._headers(), timeout=10).json()

@@ -16,7 +16,12 @@ as it does for Azurite. Served over plain HTTP on its own port, as Azurite is by
 its storage client from the SAS URL alone, without MLClient's ``connection_verify``, so it would refuse
 the emulator's self-signed certificate. Status codes, error codes and headers follow the Blob service
 REST reference ("Put Blob", "Get Blob Properties", "Set Blob Metadata", "Put Block", "Put Block List",
-"Blob service error codes"). Every request needs a SAS the emulator issued for that container.
+"Blob service error codes"). Every request needs a service SAS signed with the account's key, checked as
+Azure Storage checks one ("Create a service SAS"): ``sig`` is base64(HMAC-SHA256(key, string-to-sign)),
+recomputed from the request's own fields and path, so no signed field can be changed or dropped; the
+time window (``st``, ``se``), the protocol (``spr``), the IP range (``sip``) and the permissions (``sp``)
+are then enforced. The key never leaves the emulator (Azure hands it out only through listKeys or a
+datastore's listSecrets, which the emulator does not serve).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import hmac
+import ipaddress
 import re
 import secrets
 import time
@@ -42,6 +49,19 @@ ACCOUNT = "emulatorstore"  # the workspace's storageAccount (routes.workspace_js
 SERVICE_VERSION = "2025-11-05"  # x-ms-version the service answers with
 SAS_PERMISSIONS = "rwl"  # swagger BlobReferenceForConsumptionDto: "Container level read, write, list SAS"
 SAS_LIFETIME = dt.timedelta(hours=1)
+#: Storage service versions whose service SAS string-to-sign is the one below (2020-12-06 and later, as
+#: azure-storage-blob 12.31.1 lists them in ``_serialize._SUPPORTED_API_VERSIONS``). An earlier version
+#: signs other fields; the emulator does not check those and refuses them (least convenient case).
+SAS_VERSIONS = frozenset(
+    {
+        "2020-12-06", "2021-02-12", "2021-04-10", "2021-06-08", "2021-08-06", "2021-12-02", "2022-11-02",
+        "2023-01-03", "2023-05-03", "2023-08-03", "2023-11-03", "2024-05-04", "2024-08-04", "2024-11-04",
+        "2025-01-05", "2025-05-05", "2025-07-05", "2025-11-05", "2026-02-06", "2026-04-06", "2026-06-06",
+        "2026-10-06",
+    }
+)  # fmt: skip
+#: The signed resources the emulator's blob SAS may name: a container, or one blob.
+SAS_RESOURCES = ("c", "b")
 _MESSAGES = {
     "BlobNotFound": "The specified blob does not exist.",
     "ContainerNotFound": "The specified container does not exist.",
@@ -61,6 +81,8 @@ _MESSAGES = {
     "InvalidResourceName": "The specifed resource name contains invalid characters.",
     "InvalidAuthenticationInfo": "Server failed to authenticate the request. Please refer to the information in "
     "the www-authenticate header.",
+    "AuthorizationProtocolMismatch": "This request is not authorized to perform this operation using this protocol.",
+    "AuthorizationSourceIPMismatch": "This request is not authorized to perform this operation using this source IP.",
 }
 #: Azure Storage's OAuth resource: azure-storage-blob asks for ``https://storage.azure.com/.default``.
 STORAGE_AUDIENCE = "https://storage.azure.com"
@@ -85,17 +107,49 @@ class Blob:
 @dataclass
 class Container:
     name: str
-    sas_signature: str
-    expires: dt.datetime
+    expires: dt.datetime  # the expiry (``se``) of the SAS handed out with it (``BlobStore.sas_url``)
     blobs: dict[str, Blob] = field(default_factory=dict)
     blocks: dict[str, dict[str, bytes]] = field(default_factory=dict)  # blob -> uncommitted block id -> bytes
 
 
 class BlobError(Exception):
-    def __init__(self, status: int, code: str) -> None:
+    def __init__(self, status: int, code: str, detail: str = "") -> None:
         super().__init__(code)
         self.status = status
         self.code = code
+        self.detail = detail  # Azure's <AuthenticationErrorDetail>: why a SAS was refused
+
+
+def sas_string_to_sign(fields: dict[str, str], resource: str) -> str:
+    """The string-to-sign of a service SAS, version 2020-12-06 and later ("Create a service SAS")."""
+    names = ("sp", "st", "se", "", "si", "sip", "spr", "sv", "sr", "snapshot", "ses")
+    values = [resource if not n else fields.get(n, "") for n in names]
+    values += [fields.get(n, "") for n in ("rscc", "rscd", "rsce", "rscl", "rsct")]
+    return "\n".join(values)
+
+
+def sas_signature(account_key: str, string_to_sign: str) -> str:
+    """base64(HMAC-SHA256(base64-decoded account key, UTF-8 string-to-sign))."""
+    digest = hmac.new(base64.b64decode(account_key), string_to_sign.encode("utf-8"), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def _sas_time(value: str) -> dt.datetime | None:
+    """A SAS time: ISO 8601 UTC, ``YYYY-MM-DD``, ``...Thh:mmZ``, ``...Thh:mm:ssZ`` or with a fraction."""
+    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%MZ", "%Y-%m-%d"):
+        text = value
+        if fmt == "%Y-%m-%dT%H:%M:%S.%fZ" and "." in value:  # up to 7 fractional digits; strptime takes 6
+            head, _, fraction = value[:-1].partition(".")
+            text = f"{head}.{fraction[:6]}Z"
+        try:
+            return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            continue
+    return None
+
+
+def _rfc1123(when: dt.datetime) -> str:
+    return when.strftime("%a, %d %b %Y %H:%M:%S GMT")
 
 
 class BlobStore:
@@ -112,14 +166,15 @@ class BlobStore:
         #: Does the service principal hold a data role (Storage Blob Data Contributor) on the account?
         self.data_role: Callable[[], bool] = lambda: True
         self.challenge = ""  # the WWW-Authenticate of a 401: where to get a token, for which resource
+        #: The account key every SAS is signed with (512 random bits, base64, as Azure's keys are). Kept in
+        #: memory only: never in emulator.json, a response or the request log.
+        self.account_key = base64.b64encode(secrets.token_bytes(64)).decode()
 
     # ------------------------------------------------------------------ control
     def create_container(self, name: str | None = None) -> Container:
         """A new container with a read/write/list SAS (what one ``startPendingUpload`` hands out)."""
         name = name or str(uuid.uuid4())
-        container = Container(
-            name=name, sas_signature=secrets.token_urlsafe(32), expires=dt.datetime.now(dt.timezone.utc) + SAS_LIFETIME
-        )
+        container = Container(name=name, expires=dt.datetime.now(dt.timezone.utc) + SAS_LIFETIME)
         self.containers[name] = container
         (self.root / name).mkdir(parents=True, exist_ok=True)
         return container
@@ -127,11 +182,17 @@ class BlobStore:
     def container_url(self, container: Container) -> str:
         return f"{self.base_url}/{ACCOUNT}/{container.name}"
 
-    def sas_url(self, container: Container) -> str:
+    def sas_url(self, container: Container, permissions: str = SAS_PERMISSIONS) -> str:
+        """The container's SAS URL: ``sr=c``, ``sp`` ``permissions``, ``se`` the container's expiry,
+        ``spr=https,http`` (the account is also served over plain HTTP), signed with the account key."""
         expiry = container.expires.strftime("%Y-%m-%dT%H:%M:%SZ")
-        query = {"sv": SERVICE_VERSION, "sr": "c", "sp": SAS_PERMISSIONS, "se": expiry, "spr": "https,http"}
-        query["sig"] = container.sas_signature
-        return f"{self.container_url(container)}?{urlencode(query)}"
+        query = {"sv": SERVICE_VERSION, "sr": "c", "sp": permissions, "se": expiry, "spr": "https,http"}
+        return f"{self.container_url(container)}?{urlencode(self.sign(query, container.name))}"
+
+    def sign(self, fields: dict[str, str], container: str, blob: str = "") -> dict[str, str]:
+        """``fields`` with their ``sig`` for ``/blob/<account>/<container>[/<blob>]``."""
+        resource = f"/blob/{ACCOUNT}/{container}" + (f"/{blob}" if blob else "")
+        return {**fields, "sig": sas_signature(self.account_key, sas_string_to_sign(fields, resource))}
 
     def folder(self, url: str) -> Path | None:
         """The local folder behind ``<base_url>/<account>/<container>/<prefix>`` (a code version's codeUri)."""
@@ -168,11 +229,56 @@ class BlobStore:
             if not self.data_role():
                 raise BlobError(403, "AuthorizationPermissionMismatch")
             return
-        if container is None:  # an unknown container: a SAS cannot be valid for it
-            raise BlobError(403, "AuthenticationFailed")
-        if signature != container.sas_signature or dt.datetime.now(dt.timezone.utc) >= container.expires:
-            raise BlobError(403, "AuthenticationFailed")
-        if permission not in request.query.get("sp", ""):
+        self._check_sas(request, permission)
+
+    def _check_sas(self, request: web.Request, permission: str) -> None:
+        """Azure's check of a service SAS: fields, signature, time window, protocol, IP, then permission.
+
+        The canonicalized resource is the request's own path (``/blob/<account>/<container>`` for
+        ``sr=c``, ``.../<blob>`` for ``sr=b``), so a SAS used on another container or blob fails the
+        signature, as in Azure. Refusals are ``403 AuthenticationFailed`` with Azure's detail text.
+        """
+        query = request.query
+        fields = {k: query[k] for k in query if k != "sig"}
+        for name in ("sv", "sr", "sp", "se"):  # no stored access policies here: all four must be in the URL
+            if not fields.get(name):
+                raise BlobError(403, "AuthenticationFailed", f"{name} is mandatory. Cannot be empty")
+        if fields["sv"] not in SAS_VERSIONS:
+            raise BlobError(403, "AuthenticationFailed", f"Signed version {fields['sv']} is not supported.")
+        if fields["sr"] not in SAS_RESOURCES:
+            raise BlobError(403, "AuthenticationFailed", f"Signed resource {fields['sr']} is not supported.")
+        container = request.match_info["container"]
+        blob = request.match_info.get("blob", "") if fields["sr"] == "b" else ""
+        if fields["sr"] == "b" and not blob:
+            raise BlobError(403, "AuthenticationFailed", "sr=b is not valid for a container request.")
+        resource = f"/blob/{request.match_info['account']}/{container}" + (f"/{blob}" if blob else "")
+        string_to_sign = sas_string_to_sign(fields, resource)
+        expected = sas_signature(self.account_key, string_to_sign)
+        if not hmac.compare_digest(query.get("sig", "").encode(), expected.encode()):
+            raise BlobError(
+                403, "AuthenticationFailed", f"Signature did not match. String to sign used was {string_to_sign}"
+            )
+        if fields.get("si") or fields.get("ses"):  # no stored access policy, no encryption scope
+            name = "si" if fields.get("si") else "ses"
+            raise BlobError(403, "AuthenticationFailed", f"{name} {fields[name]} is not known to the account.")
+        now = dt.datetime.now(dt.timezone.utc)
+        start = _sas_time(fields["st"]) if fields.get("st") else None
+        expiry = _sas_time(fields["se"])
+        if expiry is None or (fields.get("st") and start is None):
+            raise BlobError(403, "AuthenticationFailed", "Signature fields not well formed.")
+        if (start is not None and now < start) or now >= expiry:
+            shown = f"Start [{_rfc1123(start)}] - " if start is not None else ""
+            raise BlobError(
+                403,
+                "AuthenticationFailed",
+                f"Signature not valid in the specified time frame: {shown}Expiry [{_rfc1123(expiry)}] - "
+                f"Current [{_rfc1123(now)}]",
+            )
+        if request.scheme not in fields.get("spr", "https,http").split(","):
+            raise BlobError(403, "AuthorizationProtocolMismatch")
+        if fields.get("sip") and not _ip_allowed(fields["sip"], request.remote or ""):
+            raise BlobError(403, "AuthorizationSourceIPMismatch")
+        if permission not in fields["sp"]:
             raise BlobError(403, "AuthorizationPermissionMismatch")
 
     def _store(self, container: Container, name: str, data: bytes, request: web.Request) -> Blob:
@@ -208,12 +314,12 @@ class BlobStore:
             self._authorize(request, container, "r")
             blob = self._blob(container, name)
             _read_condition(request, blob)
-            return self._properties(blob, head=True)
+            return _overridden(request, self._properties(blob, head=True))
         if request.method == "GET":
             self._authorize(request, container, "r")
             blob = self._blob(container, name)
             _read_condition(request, blob)
-            return self._download(request, blob)
+            return _overridden(request, self._download(request, blob))
         if request.method != "PUT":
             if request.method == "DELETE":
                 self._authorize(request, container, "d")
@@ -345,6 +451,34 @@ class BlobStore:
         return web.Response(status=status, headers={**_common(), **headers})
 
 
+_OVERRIDES = {
+    "rscc": "Cache-Control",
+    "rscd": "Content-Disposition",
+    "rsce": "Content-Encoding",
+    "rscl": "Content-Language",
+    "rsct": "Content-Type",
+}
+
+
+def _overridden(request: web.Request, response: web.Response) -> web.Response:
+    """A read through a SAS answers with the response headers the SAS signed (``rscc`` ... ``rsct``)."""
+    if request.query.get("sig"):
+        for key, header in _OVERRIDES.items():
+            if request.query.get(key):
+                response.headers[header] = request.query[key]
+    return response
+
+
+def _ip_allowed(allowed: str, remote: str) -> bool:
+    """``sip``: one address or a range ``a-b``."""
+    try:
+        low, _, high = allowed.partition("-")
+        address = ipaddress.ip_address(remote)
+        return ipaddress.ip_address(low) <= address <= ipaddress.ip_address(high or low)
+    except ValueError:
+        return False
+
+
 def _read_condition(request: web.Request, blob: Blob) -> None:
     wanted = request.headers.get("If-Match")
     if wanted is not None and wanted not in ("*", blob.etag):
@@ -394,6 +528,8 @@ def error_response(exc: BlobError, method: str, challenge: str = "") -> web.Resp
     root = ET.Element("Error")
     ET.SubElement(root, "Code").text = exc.code
     ET.SubElement(root, "Message").text = message
+    if exc.detail:
+        ET.SubElement(root, "AuthenticationErrorDetail").text = exc.detail
     body = b'\xef\xbb\xbf<?xml version="1.0" encoding="utf-8"?>' + ET.tostring(root)
     return web.Response(status=exc.status, headers=headers, body=body, content_type="application/xml")
 

@@ -84,7 +84,8 @@ class AudienceCheck:
     - Run history (``/history/...``) takes the ML audience (its generated client's default scope) and ARM's:
       azure-ai-ml's run-history client is built with the ARM ``credential_scopes``.
     - The Kubernetes API (``/k8s/...``) takes only the AKS server application's audience.
-    - The emulator's own control API (``/_emulator/...``) takes any token it issued.
+    - The emulator's own control API (``/_emulator/...``) takes no issued token: only its control token
+      (``Emulator.control_token``), checked before this.
     """
 
     ml_audience: str = ML_AUDIENCE
@@ -110,7 +111,8 @@ class AudienceCheck:
         return frozenset({KUBERNETES_AUDIENCE})
 
     def allowed(self, path: str) -> frozenset[str] | None:
-        """The audiences ``path`` accepts; None when any issued token will do (or the check is off)."""
+        """The audiences ``path`` accepts; None when any issued token will do (or the check is off, or the
+        path is the control API's, which the server checks against its control token instead)."""
         if path.startswith("/_emulator/") or not self.enabled():
             return None
         if path.startswith("/subscriptions/"):

@@ -50,7 +50,8 @@ T = TypeVar("T")
 
 # The only routes served without a bearer token, matched whole (a path that merely contains "/oauth2/" is
 # not one): Entra ID's identity endpoints, the workspace discovery document, and the Retail Prices API
-# (public, as prices.azure.com is). Everything else, the control API included, needs a token.
+# (public, as prices.azure.com is). Everything else needs a token: the control API (``/_emulator/``) the
+# emulator's control token, every other route a token the emulator's identity issued.
 IDENTITY_ROUTES = (
     re.compile(r"/common/discovery/instance"),
     re.compile(r"/[^/]+/v2\.0/\.well-known/openid-configuration"),
@@ -99,6 +100,9 @@ class Emulator:
         self.lro_retry_after = lro_retry_after
         self.client_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"airflow-azureml-client-{self.data_dir}"))
         self.client_secret = self._load_or_create_secret()
+        #: The control API's credential (``Authorization: Bearer <control_token>``): a random secret of this
+        #: emulator, written to emulator.json only. No token the identity issues opens the control API.
+        self.control_token = secrets.token_urlsafe(32)
         self.workspace = Workspace(self.data_dir, seed=seed, timing=timing)
         self.identity = Identity(tenant_id=tenant_id, clients={self.client_id: self.client_secret})
         self.faults = FaultPlan(self.workspace.rng)
@@ -285,7 +289,25 @@ class Emulator:
         entry: dict[str, Any],
     ) -> web.StreamResponse:
         is_identity = any(route.fullmatch(request.path) for route in IDENTITY_ROUTES)
-        if not is_identity and not any(route.fullmatch(request.path) for route in PUBLIC_ROUTES):
+        is_public = is_identity or any(route.fullmatch(request.path) for route in PUBLIC_ROUTES)
+        if not is_public and request.path.startswith("/_emulator/"):
+            auth = request.headers.get("Authorization", "")
+            token = auth[7:] if auth.startswith("Bearer ") else ""
+            if not secrets.compare_digest(token.encode(), self.control_token.encode()):
+                entry["auth"] = "rejected"
+                return web.json_response(
+                    {
+                        "error": {
+                            "code": "AuthenticationFailed",
+                            "message": "Authentication failed: the emulator's control API takes its control "
+                            "token (emulator.json control_token) as the bearer token, no other.",
+                        }
+                    },
+                    status=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="emulator-control", error="invalid_token"'},
+                )
+            entry["auth"] = "control"
+        elif not is_public:
             auth = request.headers.get("Authorization", "")
             token = auth[7:] if auth.startswith("Bearer ") else ""
             if not token or not self.identity.valid(token):
@@ -374,6 +396,7 @@ class Emulator:
             "tenant_id": self.tenant_id,
             "client_id": self.client_id,
             "client_secret": self.client_secret,
+            "control_token": self.control_token,  # the control API's bearer token (/_emulator/...)
             "airflow_conn_uri": uri,
             "airflow_conn_json": json.dumps(
                 {"conn_type": "azure_ml", "login": self.client_id, "password": self.client_secret, "extra": extra}

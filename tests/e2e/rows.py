@@ -229,7 +229,7 @@ def assert_no_secret_material(e2e: E2E) -> None:
     secret = e2e.emulator.client_secret
     tokens = list(e2e.emulator.call(lambda: list(e2e.emulator.identity.issued)))
     assert tokens, "the suite issued tokens"
-    needles = [secret, *tokens, *(t.split(".")[1] for t in tokens)]
+    needles = [secret, e2e.emulator.control_token, *tokens, *(t.split(".")[1] for t in tokens)]
     files = [p for p in e2e.airflow.home.rglob("*") if p.is_file() and p.suffix in (".log", ".json", "")]
     files = [p for p in files if p.name != "airflow.cfg" and "dags" not in p.parts]
     scanned = 0

@@ -6,6 +6,7 @@ Every switch is documented in docs/emulator.md ("Behaviours") with its default a
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import textwrap
 import time
@@ -59,18 +60,8 @@ def status_of(ml: Any, name: str) -> str:
 
 
 def control(emulator: Emulator, method: str, path: str, body: Any = None) -> Any:
-    """The authenticated control API, with a token from the emulator's own identity endpoint."""
-    from azure.identity import ClientSecretCredential
-
-    credential = ClientSecretCredential(
-        emulator.tenant_id,
-        emulator.client_id,
-        emulator.client_secret,
-        authority=emulator.base_url,
-        connection_verify=emulator.ca_cert,
-        disable_instance_discovery=True,
-    )
-    token = credential.get_token(f"{emulator.base_url}/.default").token
+    """The authenticated control API, with the emulator's control token (emulator.json ``control_token``)."""
+    token = json.loads((emulator.data_dir / "emulator.json").read_text())["control_token"]
     response = requests.request(
         method,
         f"{emulator.base_url}{path}",

@@ -53,6 +53,8 @@ def test_no_route_answers_garbage_with_a_500(garbage_emulator: Emulator) -> None
     emulator = garbage_emulator
     token = emulator.call(lambda: emulator.identity.issue(emulator.client_id, f"{emulator.base_url}/.default"))
     headers = {"Authorization": f"Bearer {token['access_token']}", "Content-Type": "application/json"}
+    # the control API takes its own token only (emulator.json control_token)
+    control = {**headers, "Authorization": f"Bearer {emulator.control_token}"}
     routes = route_instances(emulator)
     assert len(routes) > 60, routes  # every route, not a sample
     failures: list[str] = []
@@ -63,7 +65,7 @@ def test_no_route_answers_garbage_with_a_500(garbage_emulator: Emulator) -> None
                 method,
                 emulator.base_url + path + QUERY,
                 data=body or None,
-                headers=headers,
+                headers=control if path.startswith("/_emulator/") else headers,
                 verify=emulator.ca_cert,
                 timeout=30,
             )

@@ -196,7 +196,8 @@ def test_api_version_check_is_a_switch(emulator: Emulator) -> None:
     assert emulator.behaviour()["check_api_versions"] is True
     emulator.set_behaviour(check_api_versions=False)
     assert get(emulator, ws_url(emulator, "/jobs"), bearer).status_code == 200
-    switched = post(emulator, f"{emulator.base_url}/_emulator/behaviour", bearer, {"check_api_versions": True})
+    control = emulator.control_token  # the control API takes its own token, not a workspace one
+    switched = post(emulator, f"{emulator.base_url}/_emulator/behaviour", control, {"check_api_versions": True})
     assert switched.json()["check_api_versions"] is True
     assert get(emulator, ws_url(emulator, "/jobs"), bearer).status_code == 400
 

@@ -74,6 +74,7 @@ def test_the_emulator_says_it_is_the_emulator(monkeypatch: pytest.MonkeyPatch) -
         "ml_audience": "https://ml.azure.com",
         "client_id": "id",
         "client_secret": "pw",
+        "control_token": "ctl",
         "workspace": SimpleNamespace(blobs=SimpleNamespace(tls_url="https://127.0.0.1:10")),
     }.items():
         setattr(fake, name, value)
