@@ -109,8 +109,14 @@ class E2E:
         return result
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    """One deployment per matrix file, stopped when the file's last row ends.
+
+    Module scope, not session: under ``make test`` each file runs on a pytest-xdist worker that then goes
+    on to integration tests, and a session-scoped deployment kept its scheduler, API server, triggerer and
+    DAG processor running (about a quarter of a core each, idle) until the worker's very last test.
+    """
     base = tmp_path_factory.mktemp("e2e")
     postgres = Postgres(base).start()
     # Slower mini-batches than the integration tests, so that faults land while jobs run.

@@ -1,9 +1,9 @@
 """What the fault-matrix rows share: running the example DAG for a row's interval, waiting on conditions,
 and the checks every row makes (no duplicate job, no lost or duplicated row, no secret left behind).
 
-The matrix is split over two files so that pytest-xdist (``--dist loadfile``) runs them side by side,
-each file on its own worker with its own deployment (the session fixture ``e2e``): every row injects its
-fault into its deployment's one emulator, so rows of one file run one after another.
+The matrix is split over four files so that pytest-xdist (``--dist loadfile``) runs them side by side,
+each file on its own worker with its own deployment (the module fixture ``e2e``, stopped after the file):
+every row injects its fault into its deployment's one emulator, so rows of one file run one after another.
 """
 
 from __future__ import annotations
