@@ -62,12 +62,14 @@ EMULATOR_ONLY = (  # the emulator itself: airflow_azureml.emulator imports nothi
     "tests/integration/test_conformance.py",
     "tests/integration/test_contract.py",
     "tests/integration/test_emulator_behaviour.py",
+    "tests/integration/test_emulator_control.py",
     "tests/integration/test_emulator_billing.py",
     "tests/integration/test_emulator_garbage.py",
     "tests/integration/test_emulator_protocol.py",
     "tests/integration/test_emulator_refusals.py",
     "tests/integration/test_emulator_sdk.py",
     "tests/integration/test_spot_model.py",
+    "tests/integration/test_storage_sas.py",
 )
 # More runs of the example DAG, whose run under each version's dag.test() is
 # test_example_dag_survives_whole_cluster_preemption[canceled]: these vary the emulator's faults or the data,
