@@ -149,7 +149,7 @@ def audience_middleware(identity: Identity, check: AudienceCheck) -> Callable[..
     ) -> web.StreamResponse:
         allowed = check.allowed(request.path)
         auth = request.headers.get("Authorization", "")
-        token = auth[7:] if auth.startswith("Bearer ") else ""
+        token = auth[7:] if auth[:7].lower() == "bearer " else ""
         audience = identity.audiences.get(token)
         if allowed is None or audience is None or audience in allowed:
             return await handler(request)

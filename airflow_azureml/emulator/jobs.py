@@ -280,7 +280,7 @@ class JobRoutes:
         name = request.match_info["name"]
         self.ws.cancel_job(name)
         auth = request.headers.get("Authorization", "")
-        caller = token_principal(auth[7:] if auth.startswith("Bearer ") else "").get("oid", "")
+        caller = token_principal(auth[7:] if auth[:7].lower() == "bearer " else "").get("oid", "")
         self.activity.job_cancel(  # ARM logs the action with its caller (emulator.activity_log)
             resource_id=f"{self.ws_id}/jobs/{name}",
             resource_group=self.rg,

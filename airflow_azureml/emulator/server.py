@@ -292,7 +292,7 @@ class Emulator:
         is_public = is_identity or any(route.fullmatch(request.path) for route in PUBLIC_ROUTES)
         if not is_public and request.path.startswith("/_emulator/"):
             auth = request.headers.get("Authorization", "")
-            token = auth[7:] if auth.startswith("Bearer ") else ""
+            token = auth[7:] if auth[:7].lower() == "bearer " else ""
             if not secrets.compare_digest(token.encode(), self.control_token.encode()):
                 entry["auth"] = "rejected"
                 return web.json_response(
@@ -309,7 +309,7 @@ class Emulator:
             entry["auth"] = "control"
         elif not is_public:
             auth = request.headers.get("Authorization", "")
-            token = auth[7:] if auth.startswith("Bearer ") else ""
+            token = auth[7:] if auth[:7].lower() == "bearer " else ""
             if not token or not self.identity.valid(token):
                 entry["auth"] = "rejected"
                 if is_kubernetes_path(request.path):
@@ -482,7 +482,7 @@ class Emulator:
         return self.call(self.identity.expire_all)
 
     def set_behaviour(self, **switches: Any) -> dict[str, Any]:
-        """Change behaviour switches (``runtime.Behaviour``); returns them all. Also ``POST /_emulator/behaviour``."""
+        """Change behaviour switches (``behaviour.Behaviour``); returns them all. Also ``POST /_emulator/behaviour``."""
         return self.call(lambda: self.workspace.set_behaviour(switches))
 
     def behaviour(self) -> dict[str, Any]:

@@ -118,6 +118,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     DAG processor running (about a quarter of a core each, idle) until the worker's very last test.
     """
     base = tmp_path_factory.mktemp("e2e")
+    first_row = len(RESULTS)  # this file's rows go beside its deployment; `make reliability` writes them all
     postgres = Postgres(base).start()
     # Slower mini-batches than the integration tests, so that faults land while jobs run.
     emulator = Emulator(base / "emulator", timing=Timing(mini_batch=0.3, node_startup=0.2, tick=0.02)).start()
@@ -144,15 +145,19 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
         airflow.stop()
         emulator.stop()
         postgres.stop()
-        write_reliability_table(Path(os.environ.get("AZUREML_RELIABILITY_DIR") or base))
+        folder = os.environ.get("AZUREML_RELIABILITY_DIR")
+        if folder:
+            write_reliability_table(Path(folder), RESULTS)
+        else:
+            write_reliability_table(base, RESULTS[first_row:])
 
 
-def write_reliability_table(folder: Path) -> None:
-    """reliability.md from this run's results (and their JSON beside it), in ``folder``."""
-    if not RESULTS:
+def write_reliability_table(folder: Path, results: list[FaultResult]) -> None:
+    """reliability.md from ``results`` (and their JSON beside it), in ``folder``."""
+    if not results:
         return
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "reliability.json").write_text(json.dumps([asdict(r) for r in RESULTS], indent=2) + "\n")
+    (folder / "reliability.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     lines = [
         "# Reliability: the e2e fault matrix",
         "",
@@ -168,7 +173,7 @@ def write_reliability_table(folder: Path) -> None:
         "| fault | jobs submitted | duplicate jobs | rows in | rows lost | rows duplicated | final state | notes |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
-    for r in RESULTS:
+    for r in results:
         lines.append(
             f"| {r.fault} | {r.jobs_submitted} | {r.duplicate_jobs} | {r.rows_in} | {r.rows_lost} | "
             f"{r.rows_duplicated} | {r.final_state} | {r.notes} |"

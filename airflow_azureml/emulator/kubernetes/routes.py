@@ -34,7 +34,7 @@ from airflow_azureml.emulator.kubernetes.store import KubeCluster
 
 class ClusterHost(Protocol):
     """What the routes need from the workspace: its clusters. A protocol, so that this module (below
-    ``models`` and ``runtime``) never imports them: one direction per layer."""
+    ``models`` and the concept modules) never imports them: one direction per layer."""
 
     kube_clusters: dict[str, KubeCluster]
 
