@@ -2,10 +2,10 @@
 
 ``BatchEndpointStore`` is the part of ``Workspace`` that creates and changes batch endpoints (Microsoft
 Entra tokens only) and deployments, checked as the service checks them when written: the compute, the
-model, the code and its scoring script, an MLflow model's minimum resources on Kubernetes, and the batch
-settings. ``BatchSettings`` reads those settings (with an invoke's overrides) and refuses a bad value
-with a 400. ``BatchEndpointRoutes`` is the part of ``Routes`` that serves both resources. The invoke that
-runs a deployment is ``emulator.invoke``.
+model, the code and its scoring script, on Kubernetes the deployment's own resources against its instance
+type and an MLflow model's minimum resources, and the batch settings. ``BatchSettings`` reads those
+settings (with an invoke's overrides) and refuses a bad value with a 400. ``BatchEndpointRoutes`` is the
+part of ``Routes`` that serves both resources. The invoke that runs a deployment is ``emulator.invoke``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from airflow_azureml.emulator.azure_rules import (
     RuleViolation,
     check_mlflow_minimum,
     check_output_file_name,
+    check_resources,
     from_compute_entry,
 )
 from airflow_azureml.emulator.computes import check_resource_name
@@ -81,14 +82,15 @@ class BatchEndpointStore:
                 raise EmulatorError(400, "UserError", f"Scoring script {script!r} must be a path inside the code")
         if compute.compute_type == "Kubernetes":
             type_name = resources.get("instanceType") or DEFAULT_NAME
-            itype = self.check_instance_type(compute, resources.get("instanceType"))
-            if model_name and not props.get("codeConfiguration") and self._is_mlflow(model_name, asset):
-                try:  # source document 003: an MLflow model needs 2 CPU and 4 GB, or the deployment fails
-                    check_mlflow_minimum(
-                        (resources.get("properties") or {}).get("resources"), from_compute_entry(type_name, itype)
-                    )
-                except RuleViolation as exc:
-                    raise EmulatorError(400, "UserError", str(exc)) from None
+            itype = from_compute_entry(type_name, self.check_instance_type(compute, resources.get("instanceType")))
+            own = (resources.get("properties") or {}).get("resources")  # the deployment's own requests/limits
+            try:
+                check_resources(own, itype)  # under the instance type's limits, as a command job's (jobs._check_fits)
+                if model_name and not props.get("codeConfiguration") and self._is_mlflow(model_name, asset):
+                    # source document 003: an MLflow model needs 2 CPU and 4 GB, or the deployment fails
+                    check_mlflow_minimum(own, itype)
+            except RuleViolation as exc:
+                raise EmulatorError(400, "UserError", str(exc)) from None
         key = (endpoint, name)
         existing = self.deployments.get(key)
         if existing is None:

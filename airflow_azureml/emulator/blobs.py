@@ -62,6 +62,10 @@ SAS_VERSIONS = frozenset(
 )  # fmt: skip
 #: The signed resources the emulator's blob SAS may name: a container, or one blob.
 SAS_RESOURCES = ("c", "b")
+#: The protocols a SAS may allow (``spr``): HTTPS only, or both; nothing else is a valid SAS.
+SAS_PROTOCOLS = ("https", "https,http")
+#: The fields of a user delegation SAS (signed with a user delegation key, never with the account key).
+USER_DELEGATION_FIELDS = ("skoid", "sktid", "skt", "ske", "sks", "skv")
 _MESSAGES = {
     "BlobNotFound": "The specified blob does not exist.",
     "ContainerNotFound": "The specified container does not exist.",
@@ -232,7 +236,8 @@ class BlobStore:
         self._check_sas(request, permission)
 
     def _check_sas(self, request: web.Request, permission: str) -> None:
-        """Azure's check of a service SAS: fields, signature, time window, protocol, IP, then permission.
+        """Azure's check of a service SAS: fields, signature, time window, protocol, IP, then permission
+        (any one of the letters of ``permission``: ``"wc"`` where Create may write a new blob).
 
         The canonicalized resource is the request's own path (``/blob/<account>/<container>`` for
         ``sr=c``, ``.../<blob>`` for ``sr=b``), so a SAS used on another container or blob fails the
@@ -247,6 +252,13 @@ class BlobStore:
             raise BlobError(403, "AuthenticationFailed", f"Signed version {fields['sv']} is not supported.")
         if fields["sr"] not in SAS_RESOURCES:
             raise BlobError(403, "AuthenticationFailed", f"Signed resource {fields['sr']} is not supported.")
+        delegated = [name for name in USER_DELEGATION_FIELDS if name in fields]
+        if delegated:  # the account's SAS are signed with its key: a user delegation field does not belong
+            raise BlobError(
+                403,
+                "AuthenticationFailed",
+                f"{delegated[0]} is a user delegation SAS field; this SAS is not signed with a user delegation key.",
+            )
         container = request.match_info["container"]
         blob = request.match_info.get("blob", "") if fields["sr"] == "b" else ""
         if fields["sr"] == "b" and not blob:
@@ -274,11 +286,13 @@ class BlobStore:
                 f"Signature not valid in the specified time frame: {shown}Expiry [{_rfc1123(expiry)}] - "
                 f"Current [{_rfc1123(now)}]",
             )
-        if request.scheme not in fields.get("spr", "https,http").split(","):
+        if fields.get("spr") and fields["spr"] not in SAS_PROTOCOLS:
+            raise BlobError(403, "AuthenticationFailed", f"Signed protocol {fields['spr']} is not https or https,http.")
+        if request.scheme not in (fields.get("spr") or "https,http").split(","):
             raise BlobError(403, "AuthorizationProtocolMismatch")
         if fields.get("sip") and not _ip_allowed(fields["sip"], request.remote or ""):
             raise BlobError(403, "AuthorizationSourceIPMismatch")
-        if permission not in fields["sp"]:
+        if not set(permission) & set(fields["sp"]):  # any one of the letters of ``permission`` will do
             raise BlobError(403, "AuthorizationPermissionMismatch")
 
     def _store(self, container: Container, name: str, data: bytes, request: web.Request) -> Blob:
@@ -324,7 +338,9 @@ class BlobStore:
             if request.method == "DELETE":
                 self._authorize(request, container, "d")
             raise BlobError(405, "UnsupportedHttpVerb")
-        self._authorize(request, container, "w")
+        # Create (c) writes a new blob (Put Blob, Put Block, Put Block List); an existing blob needs Write (w)
+        new_blob = comp in (None, "block", "blocklist") and (container is None or name not in container.blobs)
+        self._authorize(request, container, "wc" if new_blob else "w")
         if container is None:
             raise BlobError(404, "ContainerNotFound")
         body = await request.read()

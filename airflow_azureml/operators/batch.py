@@ -105,11 +105,20 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         )
 
     def check_kubernetes(self, spec: DeploymentSpec) -> None:
-        """On Kubernetes compute the instance type must exist, and MLflow models need 2 CPU / 4 GB.
+        """On Kubernetes compute the instance type must exist, the deployment's own resources must fit it,
+        and MLflow models need 2 CPU / 4 GB requested.
 
+        The deployment's own resources are ``resources.properties.resources`` (sent as REST
+        ``resources.properties``); they are checked against the instance type as a command job's are, and the
+        MLflow minimum applies to their requests, else to the instance type's (docs/instance_types.md).
         Uses ``instance_types`` when given (no API call), else one read of the compute; always before any write.
         """
-        from airflow_azureml.instance_types import check_mlflow_minimum, load_instance_types, resolve_instance_type
+        from airflow_azureml.instance_types import (
+            check_mlflow_minimum,
+            check_resources_fit,
+            load_instance_types,
+            resolve_instance_type,
+        )
         from airflow_azureml.specs import short_name
 
         if self.instance_types is not None:
@@ -121,8 +130,10 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
                 raise AzureMLConfigError(f"instance_type applies to Kubernetes compute only; {spec.compute!r} is not.")
             return
         chosen = resolve_instance_type(types, spec.instance_type)
+        own = (spec.resource_properties or {}).get("resources")
+        check_resources_fit(own, chosen)
         if spec.code_configuration is None:  # no scoring script: an MLflow model deployment
-            check_mlflow_minimum(chosen)
+            check_mlflow_minimum(own if own else chosen)
 
     def execute(self, context: Any) -> dict[str, Any]:
         spec = self.build_spec()  # validates before any API call

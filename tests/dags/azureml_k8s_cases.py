@@ -37,4 +37,5 @@ with DAG("azureml_k8s_deployment_case", schedule=None, start_date=START, default
         instance_type=CASE.get("instance_type", "cpularge"),
         instance_count=1,
         mini_batch_size=2,
+        deployment=CASE.get("deployment"),  # a deployment YAML, for its resources.properties
     )

@@ -859,3 +859,181 @@ def test_mlflow_deployment_on_a_small_instance_type_is_refused(
     code = code_operations.create_or_update(Code(name="small-custom", version="1", path=str(folder)))
     script = {"codeConfiguration": {"codeId": code.id, "scoringScript": "score.py"}}
     assert deployment("custom-small", "cpusmall", **script).ok
+
+
+# A batch deployment's own ``resources.properties.resources`` (ResourceConfiguration.properties; the SDK sends
+# REST ``resources.properties``) is checked against its instance type as a command job's resources are, and
+# an MLflow model's minimum is checked against the deployment's own requests when it has them (else its
+# instance type's). Both sides through the code the operator and the service run: the provider through
+# ``AzureMLCreateBatchDeploymentOperator.check_kubernetes`` on the spec the operator builds from a deployment
+# YAML, the emulator through a deployment PUT on a Kubernetes compute. Every row deploys the MLflow model
+# ``heart-classifier``; rows about the limits ask for at least the MLflow minimum.
+DEPLOYMENT_TYPES: dict[str, dict[str, Any]] = {
+    "gpusmall": GPU_TYPE_SPEC,  # requests 2 / 8Gi, limits 4 / 16Gi / 1 GPU
+    "cpularge": _spec({"cpu": "2", "memory": "8Gi"}, {"cpu": "4", "memory": "8Gi"}),
+    "roomy": _spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "8", "memory": "32Gi"}),
+}
+DEPLOYMENT_CASES: list[tuple[str, str, Any, str]] = [
+    # (case, instance type, the deployment's resources.properties.resources, expected)
+    ("no resources: cpularge's own requests meet the MLflow minimum", "cpularge", None, "accept"),
+    ("no resources: roomy's own requests (1, 1Gi) are below the MLflow minimum", "roomy", None, "refuse"),
+    (
+        "own requests (1, 2Gi) below the MLflow minimum on cpularge",
+        "cpularge",
+        {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "refuse",
+    ),
+    (
+        "own requests (2, 8Gi) meet the MLflow minimum on roomy",
+        "roomy",
+        {"requests": {"cpu": "2", "memory": "8Gi"}},
+        "accept",
+    ),
+    ("own requests of 4G on roomy", "roomy", {"requests": {"cpu": "2", "memory": "4G"}}, "gap"),
+    (
+        "limits below gpusmall's",
+        "gpusmall",
+        {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "3", "memory": "12Gi", "nvidia.com/gpu": 1}},
+        "accept",
+    ),
+    (
+        "cpu limit 8 above gpusmall's 4",
+        "gpusmall",
+        {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "8", "memory": "12Gi"}},
+        "refuse",
+    ),
+    ("cpu request above gpusmall's limit", "gpusmall", {"requests": {"cpu": "5", "memory": "8Gi"}}, "refuse"),
+    (
+        "limits equal to gpusmall's",
+        "gpusmall",
+        {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1}},
+        "gap",
+    ),
+    (
+        "more GPUs than gpusmall",
+        "gpusmall",
+        {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "3", "memory": "12Gi", "nvidia.com/gpu": 2}},
+        "refuse",
+    ),
+    ("memory request equal to cpularge's limit", "cpularge", {"requests": {"cpu": "2", "memory": "8Gi"}}, "gap"),
+]
+
+
+def _instance_type_manifests() -> list[dict[str, Any]]:
+    header = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InstanceType"}
+    return [{**header, "metadata": {"name": name}, "spec": spec} for name, spec in DEPLOYMENT_TYPES.items()]
+
+
+@pytest.fixture(scope="module")
+def deployment_workspace(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One emulator for the table: a Kubernetes compute whose ARM ``instanceTypes`` are ``DEPLOYMENT_TYPES``."""
+    from airflow_azureml.emulator.azure_rules import check_instance_type
+    from tests.conftest import FAST
+
+    with Emulator(tmp_path_factory.mktemp("deployments") / "emulator", timing=FAST) as emu:
+        entries = {name: check_instance_type(name, spec).compute_entry() for name, spec in DEPLOYMENT_TYPES.items()}
+        compute = arm(
+            emu,
+            "PUT",
+            f"/computes/{CLUSTER}",
+            json={
+                "location": "eastus",
+                "properties": {
+                    "computeType": "Kubernetes",
+                    "resourceId": f"/subscriptions/{emu.subscription_id}/resourceGroups/rg-aks"
+                    f"/providers/Microsoft.ContainerService/managedClusters/{CLUSTER}",
+                    "properties": {"namespace": "azureml", "instanceTypes": entries},
+                },
+            },
+        )
+        assert compute.ok, compute.text
+        endpoint = arm(
+            emu, "PUT", "/batchEndpoints/k8s-ep", json={"location": "eastus", "properties": {"authMode": "AADToken"}}
+        )
+        assert endpoint.ok, endpoint.text
+        yield emu
+
+
+def put_deployment(
+    emulator: Emulator, name: str, instance_type: str, resources: Any, endpoint: str = "k8s-ep"
+) -> requests.Response:
+    """PUT an MLflow model deployment on the Kubernetes compute, with ``resources`` as REST ``resources.properties``."""
+    rest_resources: dict[str, Any] = {"instanceCount": 1, "instanceType": instance_type}
+    if resources is not None:
+        rest_resources["properties"] = {"resources": resources}
+    props = {
+        "compute": f"azureml:{CLUSTER}",
+        "model": {"referenceType": "Id", "assetId": "azureml:heart-classifier:1"},  # an MLflow model
+        "resources": rest_resources,
+    }
+    return arm(
+        emulator,
+        "PUT",
+        f"/batchEndpoints/{endpoint}/deployments/{name}",
+        json={"location": "eastus", "properties": props},
+    )
+
+
+def deployment_operator(tmp_path: Path, instance_type: str, resources: Any, **kwargs: Any) -> Any:
+    """The operator as a user writes it: a deployment YAML whose ``resources.properties.resources`` is ``resources``."""
+    from airflow.sdk import DAG
+
+    from airflow_azureml.operators import AzureMLCreateBatchDeploymentOperator
+
+    section: dict[str, Any] = {"instance_count": 1, "instance_type": instance_type}
+    if resources is not None:
+        section["properties"] = {"resources": resources}
+    path = tmp_path / "deployment.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "mlflow-dep",
+                "endpoint_name": "k8s-ep",
+                "type": "model",
+                "model": "azureml:heart-classifier:1",
+                "compute": f"azureml:{CLUSTER}",
+                "resources": section,
+            }
+        )
+    )
+    with DAG("deployment_resources", schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC")):
+        return AzureMLCreateBatchDeploymentOperator(task_id="deploy", deployment=str(path), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("case", "instance_type", "resources", "expected"), DEPLOYMENT_CASES, ids=[c[0] for c in DEPLOYMENT_CASES]
+)
+def test_provider_and_emulator_agree_on_deployment_resources(
+    case: str,
+    instance_type: str,
+    resources: Any,
+    expected: str,
+    deployment_workspace: Emulator,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    op = deployment_operator(tmp_path, instance_type, resources, instance_types=_instance_type_manifests())
+    provider = _provider_outcome(lambda: op.check_kubernetes(op.build_spec()), caplog)
+    name = f"dep-{DEPLOYMENT_CASES.index((case, instance_type, resources, expected))}"
+    answer = put_deployment(deployment_workspace, name, instance_type, resources)
+    assert answer.ok or (answer.status_code == 400 and answer.json()["error"]["code"] == "UserError"), answer.text
+    _outcomes_agree(case, expected, provider, answer.ok)
+
+
+def test_deployment_over_the_instance_type_limits_is_refused_by_the_emulator(
+    emulator: Emulator, azureml_conn: dict[str, Any], kubeconfig: Path
+) -> None:
+    """The service refuses a deployment whose own resources exceed its instance type, whatever the client checked."""
+    apply(DOC_LIST_YAML + "---\n" + DOC_SINGLE_YAML, kubeconfig=str(kubeconfig))
+    attach_kubernetes_compute()
+    endpoint = arm(
+        emulator, "PUT", "/batchEndpoints/k8s-ep", json={"location": "eastus", "properties": {"authMode": "AADToken"}}
+    )
+    assert endpoint.ok, endpoint.text
+    # myinstancetypename: limits cpu "1", memory "2Gi", one GPU; the MLflow minimum is met by the requests
+    over = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "8", "memory": "8Gi"}}
+    refused = put_deployment(emulator, "over-limit", "myinstancetypename", over)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "UserError" and "of instance type 'myinstancetypename'" in error["message"], error
+    assert ("k8s-ep", "over-limit") not in emulator.call(lambda: dict(emulator.workspace.deployments))

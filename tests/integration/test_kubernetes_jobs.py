@@ -170,3 +170,64 @@ def test_kubernetes_example_dag(
     assert len(batch) == 2 and all(j.status == "Completed" and j.compute == "k8s-compute" for j in batch)
     report = json.loads(emulator.datastore_path("k8s-scoring/reports/20261102T0000/report.json").read_text())
     assert report["rows_in"] == report["rows_scored"] == 2 * 4 * 25
+
+
+def deployment_yaml(tmp_path: Path, resources: dict[str, Any]) -> str:
+    """A deployment YAML (as the az ml CLI writes it) whose own resources are ``resources.properties.resources``."""
+    import yaml
+
+    path = tmp_path / "k8s-deployment.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "$schema": "https://azuremlschemas.azureedge.net/latest/modelBatchDeployment.schema.json",
+                "name": "classifier-k8s",
+                "endpoint_name": "heart-classifier-k8s",
+                "type": "model",
+                "model": "azureml:heart-classifier@latest",
+                "compute": "azureml:k8s-compute",
+                "resources": {"instance_count": 1, "instance_type": "cpularge", "properties": {"resources": resources}},
+                "settings": {"mini_batch_size": 2},
+            }
+        )
+    )
+    return str(path)
+
+
+def deployment_puts(emulator: Emulator) -> int:
+    return sum(1 for r in emulator.requests() if r["method"] == "PUT" and "/deployments/" in r["path"])
+
+
+def test_kubernetes_deployment_own_resources_reach_the_service(k8s: Emulator, run_case, tmp_path: Path) -> None:
+    """cpularge (limits 4, 8Gi): requests of 2 cores and 4Gi fit and meet the MLflow minimum."""
+    wanted = {"requests": {"cpu": "2", "memory": "4Gi"}}
+    run, failures = run_case("azureml_k8s_deployment_case", {"deployment": deployment_yaml(tmp_path, wanted)})
+    assert str(run.state) == "success", failures
+    dep = k8s.call(lambda: k8s.workspace.deployments[("heart-classifier-k8s", "classifier-k8s")].body)
+    assert dep["properties"]["resources"]["properties"]["resources"] == wanted  # what the SDK sent
+
+
+def test_kubernetes_deployment_own_requests_below_the_mlflow_minimum_fail_before_the_put(
+    k8s: Emulator, run_case, tmp_path: Path
+) -> None:
+    """cpularge's own requests (2, 8Gi) meet the MLflow minimum, the deployment's own (1, 2Gi) do not."""
+    small = {"requests": {"cpu": "1", "memory": "2Gi"}}
+    run, failures = run_case("azureml_k8s_deployment_case", {"deployment": deployment_yaml(tmp_path, small)})
+    assert str(run.state) == "failed"
+    assert failures[0]["type"] == "AzureMLConfigError" and "MLflow" in failures[0]["message"], failures
+    assert deployment_puts(k8s) == 0, "nothing may be sent"
+
+
+def test_kubernetes_deployment_limit_equal_to_the_instance_type_is_warned_then_refused_by_the_emulator(
+    k8s: Emulator, run_case, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ``under-instance-type-limits`` gap for a deployment: memory equal to cpularge's 8Gi limit."""
+    equal = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "3", "memory": "8Gi"}}
+    caplog.set_level(logging.WARNING, logger="airflow_azureml.instance_types")
+    run, failures = run_case("azureml_k8s_deployment_case", {"deployment": deployment_yaml(tmp_path, equal)})
+    assert str(run.state) == "failed"
+    assert failures and failures[0]["type"] != "AzureMLConfigError", failures  # not refused by the provider
+    assert "resources.limits.memory" in failures[0]["message"], failures
+    assert deployment_puts(k8s) >= 1, "the provider only warned: the deployment reached the emulator"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("under-instance-type-limits" in w and "Azure ML may refuse" in w for w in warnings), warnings

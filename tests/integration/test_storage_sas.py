@@ -196,10 +196,15 @@ def test_a_permission_not_granted_is_refused(emulator: Emulator, container: Any)
 
 def test_the_account_key_and_signature_stay_out_of_the_request_log(emulator: Emulator, container: Any) -> None:
     store = emulator.workspace.blobs
-    assert put(store.sas_url(container), "logged.txt").status_code == 201
+    url = store.sas_url(container)
+    assert put(url, "logged.txt").status_code == 201
     text = repr(emulator.requests())
     assert store.account_key not in text
-    assert urlsplit(store.sas_url(container)).query.split("sig=")[1] not in text
+    # the log keeps decoded query values: look for the signature as sent (URL-encoded) and as decoded
+    encoded = urlsplit(url).query.split("sig=")[1].split("&")[0]
+    decoded = dict(parse_qsl(urlsplit(url).query))["sig"]
+    assert encoded != decoded, "a base64 signature of 32 bytes always ends in '=', encoded as %3D"
+    assert encoded not in text and decoded not in text
     assert store.account_key not in repr(emulator.connection_info())
 
 
@@ -216,3 +221,48 @@ def test_a_sas_for_another_source_ip_is_refused(emulator: Emulator, container: A
     response = put(signed_url(emulator, container.name, sip="10.0.0.1-10.0.0.9"), "ip.txt")
     assert response.status_code == 403 and error_code(response) == "AuthorizationSourceIPMismatch"
     assert put(signed_url(emulator, container.name, sip="127.0.0.1"), "ip.txt").status_code == 201
+
+
+def test_create_permission_writes_a_new_blob_but_never_over_an_existing_one(emulator: Emulator, container: Any) -> None:
+    """``c`` (Create): "write a new blob"; overwriting an existing one needs ``w``."""
+    create = signed_url(emulator, container.name, sp="c")
+    assert put(create, "new.txt", b"first").status_code == 201
+    again = put(create, "new.txt", b"second")
+    assert again.status_code == 403 and error_code(again) == "AuthorizationPermissionMismatch"
+    assert put(signed_url(emulator, container.name, sp="w"), "new.txt", b"second").status_code == 201
+    # a new blob in blocks: Put Block then Put Block List, both with c only
+    base, _, query = create.partition("?")
+    block_id = base64.b64encode(b"block-0").decode()
+    staged = requests.put(
+        f"{base}/blocks.txt?{query}&{urlencode({'comp': 'block', 'blockid': block_id})}",
+        data=b"blocks",
+        headers={"x-ms-version": "2025-11-05"},
+    )
+    assert staged.status_code == 201, staged.text
+    block_list = f'<?xml version="1.0" encoding="utf-8"?><BlockList><Latest>{block_id}</Latest></BlockList>'
+    committed = requests.put(
+        f"{base}/blocks.txt?{query}&comp=blocklist", data=block_list, headers={"x-ms-version": "2025-11-05"}
+    )
+    assert committed.status_code == 201, committed.text
+
+
+@pytest.mark.parametrize("protocols", ["http", "http,https", "https,http,ftp", "ftp"])
+def test_a_protocol_other_than_https_or_https_http_is_refused(
+    emulator: Emulator, container: Any, protocols: str
+) -> None:
+    """``spr`` is ``https`` or ``https,http`` ("Create a service SAS"); anything else is not a valid SAS."""
+    response = put(signed_url(emulator, container.name, spr=protocols), "spr.txt")
+    assert response.status_code == 403 and error_code(response) == "AuthenticationFailed", protocols
+    assert put(signed_url(emulator, container.name, spr="https,http"), "spr.txt").status_code == 201
+
+
+@pytest.mark.parametrize("field", ["skoid", "sktid", "skt", "ske", "sks", "skv"])
+def test_a_key_signed_sas_with_user_delegation_fields_is_refused(
+    emulator: Emulator, container: Any, field: str
+) -> None:
+    """The ``sk*`` fields belong to a user delegation SAS, which is signed with a user delegation key."""
+    values = {"skoid": "00000000-0000-0000-0000-0000000000ab", "sktid": "00000000-0000-0000-0000-0000000000aa"}
+    values |= {"skt": stamp(dt.datetime.now(dt.timezone.utc)), "ske": stamp(dt.datetime.now(dt.timezone.utc))}
+    values |= {"sks": "b", "skv": "2025-11-05"}
+    response = put(signed_url(emulator, container.name, **{field: values[field]}), "delegated.txt")
+    assert response.status_code == 403 and error_code(response) == "AuthenticationFailed", field
