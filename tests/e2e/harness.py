@@ -190,6 +190,10 @@ class AirflowDeployment:
             # a process of its own, and three deployments share two cores with the rest of the suite).
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+            # Every row triggers its own run for its own interval. The scheduler creates none of its own: the
+            # example DAGs' latest @daily runs (one of them fails on a missing Kubernetes id, with retries) only
+            # took the CPU of every deployment's start, and the rows waited for them.
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
