@@ -113,15 +113,28 @@ def deploy_model(ml: Any, emulator: Emulator, module: str, **settings: Any) -> N
 # ---------------------------------------------------------------- 1. gauges
 def test_preempted_node_count_is_a_gauge(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
     ml = setup_workspace(AzureMLHook())
-    emulator.set_behaviour(preempted_node_release_seconds=0.3)
     write_heart_csvs(emulator.datastore_path("inputs/gauge"), files=60, rows_per_file=3)
     name = invoke(ml, "inputs/gauge", "job-gauge")
     wait_status(emulator, name, "Running")
-    until(lambda: compute_props(ml, emulator).allocation_state == "Steady", "Steady with the job's nodes up")
-    before = compute_props(ml, emulator)
-    assert before.node_state_counts.preempted_node_count == 0 and before.current_node_count == 2
-    assert emulator.evict_nodes(CLUSTER, 1) == 1
-    during = compute_props(ml, emulator)
+    # The read "during" must be answered before the evicted node is released: a busy machine can take longer
+    # than the release, and such a read proves nothing, so the eviction runs again with the release doubled.
+    # The job takes no new work meanwhile (held), so that it is still running for another eviction.
+    emulator.hold_cluster(CLUSTER)
+    release = 0.3
+    while True:
+        emulator.set_behaviour(preempted_node_release_seconds=release)
+        until(lambda: compute_props(ml, emulator).allocation_state == "Steady", "Steady with the job's nodes up")
+        before = compute_props(ml, emulator)
+        assert before.node_state_counts.preempted_node_count == 0 and before.current_node_count == 2
+        evicted = time.monotonic()
+        assert emulator.evict_nodes(CLUSTER, 1) == 1
+        during = compute_props(ml, emulator)
+        if time.monotonic() - evicted < release:
+            break
+        assert release < 60, "never read the compute within the release of an evicted node"
+        until(lambda: compute_props(ml, emulator).node_state_counts.preempted_node_count == 0, "the node released")
+        release *= 2
+    emulator.hold_cluster(CLUSTER, held=False)
     assert during.node_state_counts.preempted_node_count == 1
     assert during.allocation_state == "Resizing"
     assert during.current_node_count == 2  # the evicted node is still counted until it is deallocated
