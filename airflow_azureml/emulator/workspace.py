@@ -10,6 +10,7 @@ methods run on the emulator's event loop. Each concept's behaviour is a part (a 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,8 @@ class Workspace(
 
     def __init__(self, data_dir: Path, *, seed: int = 0, timing: Timing | None = None) -> None:
         self.data_dir = data_dir
-        self.timing = timing or Timing()
+        # a copy: a test that changes its emulator's timing must not change the next emulator's (a shared FAST)
+        self.timing = dataclasses.replace(timing) if timing is not None else Timing()
         self.rng = random.Random(seed)
         self.created = utcnow()  # when the workspace (and its default datastores) came to be
         self.computes: dict[str, Compute] = {}

@@ -113,15 +113,28 @@ def deploy_model(ml: Any, emulator: Emulator, module: str, **settings: Any) -> N
 # ---------------------------------------------------------------- 1. gauges
 def test_preempted_node_count_is_a_gauge(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
     ml = setup_workspace(AzureMLHook())
-    emulator.set_behaviour(preempted_node_release_seconds=0.3)
     write_heart_csvs(emulator.datastore_path("inputs/gauge"), files=60, rows_per_file=3)
     name = invoke(ml, "inputs/gauge", "job-gauge")
     wait_status(emulator, name, "Running")
-    until(lambda: compute_props(ml, emulator).allocation_state == "Steady", "Steady with the job's nodes up")
-    before = compute_props(ml, emulator)
-    assert before.node_state_counts.preempted_node_count == 0 and before.current_node_count == 2
-    assert emulator.evict_nodes(CLUSTER, 1) == 1
-    during = compute_props(ml, emulator)
+    # The read "during" must be answered before the evicted node is released: a busy machine can take longer
+    # than the release, and such a read proves nothing, so the eviction runs again with the release doubled.
+    # The job takes no new work meanwhile (held), so that it is still running for another eviction.
+    emulator.hold_cluster(CLUSTER)
+    release = 0.3
+    while True:
+        emulator.set_behaviour(preempted_node_release_seconds=release)
+        until(lambda: compute_props(ml, emulator).allocation_state == "Steady", "Steady with the job's nodes up")
+        before = compute_props(ml, emulator)
+        assert before.node_state_counts.preempted_node_count == 0 and before.current_node_count == 2
+        evicted = time.monotonic()
+        assert emulator.evict_nodes(CLUSTER, 1) == 1
+        during = compute_props(ml, emulator)
+        if time.monotonic() - evicted < release:
+            break
+        assert release < 60, "never read the compute within the release of an evicted node"
+        until(lambda: compute_props(ml, emulator).node_state_counts.preempted_node_count == 0, "the node released")
+        release *= 2
+    emulator.hold_cluster(CLUSTER, held=False)
     assert during.node_state_counts.preempted_node_count == 1
     assert during.allocation_state == "Resizing"
     assert during.current_node_count == 2  # the evicted node is still counted until it is deallocated
@@ -194,14 +207,31 @@ def test_capacity_lost_cancel_is_told_apart_only_by_node_counts(
 
 def test_capacity_lost_job_can_outlive_its_nodes_for_a_while(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
     ml = setup_workspace(AzureMLHook())
-    emulator.set_behaviour(capacity_cancel_after_seconds=0.5, preempted_node_release_seconds=5)
     write_heart_csvs(emulator.datastore_path("inputs/later"), files=40, rows_per_file=3)
-    name = invoke(ml, "inputs/later", "job-lost-later")
-    wait_status(emulator, name, "Running")
-    until(lambda: compute_props(ml, emulator).current_node_count == 2, "the job's nodes")
-    assert emulator.preempt_cluster(CLUSTER, form="canceled") == [name]
-    assert status_of(ml, name) == "Running"  # its nodes are gone, the service has not ended it yet
-    assert compute_props(ml, emulator).node_state_counts.preempted_node_count == 2
+    # The reads after the preemption must be answered before the service's cancel (0.5 s later): a busy
+    # machine can take longer, and such reads prove nothing, so the case runs again with the delay doubled.
+    delay, case = 0.5, 0
+    while True:
+        emulator.set_behaviour(capacity_cancel_after_seconds=delay, preempted_node_release_seconds=5)
+        name = invoke(ml, "inputs/later", f"job-lost-later-{case}")
+        wait_status(emulator, name, "Running")
+        until(
+            lambda: (
+                (p := compute_props(ml, emulator)).current_node_count == 2
+                and p.node_state_counts.preempted_node_count == 0
+            ),
+            "the job's nodes",
+        )
+        preempted = time.monotonic()
+        assert emulator.preempt_cluster(CLUSTER, form="canceled") == [name]
+        status, props = status_of(ml, name), compute_props(ml, emulator)
+        if time.monotonic() - preempted < delay:
+            break
+        assert delay < 60, "never read the job within the delay of its cancel"
+        assert wait_terminal(ml, name) == "Canceled"
+        delay, case = delay * 2, case + 1
+    assert status == "Running"  # its nodes are gone, the service has not ended it yet
+    assert props.node_state_counts.preempted_node_count == 2
     assert wait_terminal(ml, name) == "Canceled"
 
 
@@ -376,10 +406,22 @@ def test_stalled_job_goes_not_responding_then_completes(emulator: Emulator, azur
 
 def test_one_job_stalled_from_the_control_api(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
     ml = setup_workspace(AzureMLHook())
+    emulator.hold_cluster(CLUSTER)  # the job's end (0.2 s after it runs) waits until the stall was read
     job = ml.jobs.create_or_update(command_job("cmd-stall"))
     until(lambda: status_of(ml, job.name) == "Running", "Running")
-    control(emulator, "POST", "/_emulator/jobs/cmd-stall/stall", {"seconds": 0.5})
-    assert status_of(ml, job.name) == "NotResponding"
+    # the read must be answered within the stall (0.5 s): a later one proves nothing, so stall again, longer
+    seconds = 0.5
+    while True:
+        asked = time.monotonic()
+        control(emulator, "POST", "/_emulator/jobs/cmd-stall/stall", {"seconds": seconds})
+        status = status_of(ml, job.name)
+        if time.monotonic() - asked < seconds:
+            break
+        assert seconds < 60, "never read the job within its stall"
+        until(lambda: status_of(ml, job.name) == "Running", "Running again")
+        seconds *= 2
+    emulator.hold_cluster(CLUSTER, held=False)
+    assert status == "NotResponding"
     assert wait_terminal(ml, job.name) == "Completed"
 
 

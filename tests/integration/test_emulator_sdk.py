@@ -114,13 +114,24 @@ def test_invoke_scores_every_row_exactly_once(emulator: Emulator, azureml_conn: 
 def test_node_evictions_keep_every_row_exactly_once(emulator: Emulator, azureml_conn: dict[str, Any]) -> None:
     ml = setup_workspace(AzureMLHook())
     write_heart_csvs(emulator.datastore_path("inputs/evict"), files=24, rows_per_file=5, seed=3)
+    # mini-batches long enough to be caught in flight, and each eviction waits for a node running one (not a
+    # fixed sleep: on a busy machine the job could be between mini-batches, or over, when a sleep ends)
+    emulator.call(lambda: setattr(emulator.workspace.timing, "mini_batch", 0.3))
     name = invoke(ml, "inputs/evict", "job-evict")
     wait_status(emulator, name, "Running")
-    time.sleep(0.05)
-    evicted = emulator.evict_nodes("low-pri-cluster", 1)
-    time.sleep(0.1)
-    evicted += emulator.evict_nodes("low-pri-cluster", 1)
-    assert evicted >= 1
+
+    def busy() -> bool:
+        nodes = emulator.workspace.computes["low-pri-cluster"].nodes
+        return emulator.call(lambda: any(n.state == "running" and n.job_name == name for n in nodes))
+
+    evicted = 0
+    for _ in range(2):
+        deadline = time.monotonic() + 60
+        while not busy():
+            assert time.monotonic() < deadline, "no node of the job ever ran a mini-batch"
+            time.sleep(0.01)
+        evicted += emulator.evict_nodes("low-pri-cluster", 1)
+    assert evicted == 2
     assert wait_terminal(ml, name) == "Completed"
     scored = prediction_ids(emulator, name)
     assert len(scored) == len(set(scored)) == 120
