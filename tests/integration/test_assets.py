@@ -19,7 +19,10 @@ RECORDS_URI = "azureml://datastores/workspaceblobstore/paths/assets/input"
 
 
 def test_provider_registers_the_azureml_scheme() -> None:
-    from airflow.providers_manager import ProvidersManager
+    try:  # Airflow 3.2 on: the task SDK's registry (ProvidersManager's asset_* properties are deprecated there)
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime as ProvidersManager
+    except ImportError:  # Airflow 3.1
+        from airflow.providers_manager import ProvidersManager
 
     pm = ProvidersManager()
     pm.initialize_providers_asset_uri_resources()

@@ -125,9 +125,15 @@ def sdk() -> Any:
     return hook.get_conn()
 
 
-def person_cancels(emulator: Emulator, job: str) -> None:
-    """A person cancels the job from the SDK (as Studio and the CLI do: POST .../cancel)."""
-    sdk().jobs.begin_cancel(job).result()
+def person_cancels(emulator: Emulator, job: str, wait: bool = True) -> None:
+    """A person cancels the job from the SDK (as Studio and the CLI do: POST .../cancel).
+
+    ``wait=False``: send the cancel and leave its poll to the SDK's poller thread, which keeps any error to
+    itself; a test's watcher thread may outlive the emulator (the try can end before the poll does), and its
+    ``result()`` then raised "connection refused" into pytest's thread-exception warning."""
+    poller = sdk().jobs.begin_cancel(job)
+    if wait:
+        poller.result()
 
 
 def compute_reads_since(emulator: Emulator, since: float) -> int:
@@ -506,7 +512,7 @@ def cancel_once_watched(emulator: Emulator, after: Callable[[dict[str, Any]], bo
                 reads = [r for r in log if r["method"] == "GET" and r["path"].endswith(f"/jobs/{job}")]
                 if sum(1 for r in reads if r["t"] > since) >= 2:
                     cancelled.append(job)  # before: the try may end before the SDK's cancel poller does
-                    person_cancels(emulator, job)
+                    person_cancels(emulator, job, wait=False)
                     return
             time.sleep(0.01)
 
