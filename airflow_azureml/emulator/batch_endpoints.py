@@ -82,15 +82,19 @@ class BatchEndpointStore:
                 raise EmulatorError(400, "UserError", f"Scoring script {script!r} must be a path inside the code")
         if compute.compute_type == "Kubernetes":
             type_name = resources.get("instanceType") or DEFAULT_NAME
-            itype = from_compute_entry(type_name, self.check_instance_type(compute, resources.get("instanceType")))
+            entry = self.check_instance_type(compute, resources.get("instanceType"))
             own = (resources.get("properties") or {}).get("resources")  # the deployment's own requests/limits
-            try:
-                check_resources(own, itype)  # under the instance type's limits, as a command job's (jobs._check_fits)
-                if model_name and not props.get("codeConfiguration") and self._is_mlflow(model_name, asset):
-                    # source document 003: an MLflow model needs 2 CPU and 4 GB, or the deployment fails
-                    check_mlflow_minimum(own, itype)
-            except RuleViolation as exc:
-                raise EmulatorError(400, "UserError", str(exc)) from None
+            # source document 003: an MLflow model needs 2 CPU and 4 GB, or the deployment fails
+            mlflow = bool(model_name) and not props.get("codeConfiguration") and self._is_mlflow(model_name, asset)
+            if own or mlflow:  # the instance type is read only for a rule that needs it, as before own resources
+                try:
+                    itype = from_compute_entry(type_name, entry)
+                    if own:
+                        check_resources(own, itype)  # under the instance type's limits, as a command job's
+                    if mlflow:
+                        check_mlflow_minimum(own, itype)
+                except RuleViolation as exc:
+                    raise EmulatorError(400, "UserError", str(exc)) from None
         key = (endpoint, name)
         existing = self.deployments.get(key)
         if existing is None:
