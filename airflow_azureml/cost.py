@@ -54,9 +54,6 @@ class UsageRecorder:
     points: list[list[Any]] = field(default_factory=list)  # [t, preparing, running, idle, leaving, preempted, unusable]
     statuses: list[list[Any]] = field(default_factory=list)  # [t, status] at each change
     end: float | None = None
-    # [start, end, nodes]: when the job ran, as run history recorded it, and the nodes the job resource
-    # names (None: not named). Persists whatever the reads saw: a floor under the attempt's node time.
-    ran: list[Any] | None = None
     _last: list[Any] | None = None  # the latest reading (kept as a point when the counts change after it)
 
     def status(self, at: float, job: str | None, status: str | None, compute: str | None) -> None:
@@ -66,11 +63,6 @@ class UsageRecorder:
         if status is not None and (not self.statuses or self.statuses[-1][1] != status):
             self.statuses.append([round(at, 3), status])
         self._extend(at)
-
-    def run_times(self, start: float | None, end: float | None, nodes: int | None) -> None:
-        """The job's run history times (read for a failed or cancelled job) and its node count."""
-        if start is not None and end is not None and end > start:
-            self.ran = [round(start, 3), round(end, 3), nodes]
 
     def sample(
         self, at: float, compute: str, counts: tuple[int, ...], vm_size: str | None, location: str | None, low: bool
@@ -103,8 +95,6 @@ class UsageRecorder:
             points.append(list(self._last))
         span = {"job": self.job, "compute": self.compute, "points": points, "end": self.end}
         span["statuses"] = self.statuses
-        if self.ran is not None:
-            span["ran"] = list(self.ran)
         return {"v": USAGE_VERSION, "computes": {self.compute: dict(self.info)}, "spans": [span]}
 
 
@@ -209,50 +199,6 @@ def integrate(
     return out
 
 
-def run_floor(usage: Any, lost_jobs: Iterable[str]) -> dict[str, float]:
-    """Per compute: the node-seconds the lost attempts ran, by their run history times, not by the reads.
-
-    An attempt's floor is its run time (run history's start to end) times its nodes: the count the job
-    resource names, no more than the most nodes a read of its wait saw, and at least one (a Running job
-    holds a node); with none named, one. The run ends earlier for the floor when a read inside it saw
-    the cluster's preempted count rise: at the read before that one (the nodes were evicted after it, and
-    the evicted time is ``preempted``'s). So it is a lower bound of the attempt's node time outside the
-    preempted state, whenever a read fell inside the run; with none, the run may include the seconds
-    between the eviction and Azure's cancel (docs/cost.md, "Resolution"). One floor per job.
-    """
-    usage = _valid(usage)
-    lost = set(lost_jobs)
-    floors: dict[tuple[str, str], float] = {}
-    readings: dict[str, list[list[Any]]] = {}
-    for span in usage["spans"]:
-        readings.setdefault(span.get("compute") or "", []).extend(span.get("points") or [])
-    preempted = 1 + STATES.index("preempted")
-    for span in usage["spans"]:
-        ran, job, compute = span.get("ran"), span.get("job"), span.get("compute") or ""
-        if job not in lost or not isinstance(ran, list) or len(ran) != 3:
-            continue
-        start, end, named = ran
-        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or end <= start:
-            continue
-        seen = max((sum(p[1:]) for p in span.get("points") or []), default=0)
-        nodes = max(1, min(named, seen)) if isinstance(named, int) and named > 0 else 1
-        points = sorted(readings[compute], key=lambda p: p[0])
-        before = [p for p in points if p[0] <= start]
-        level = before[-1][preempted] if before else 0
-        last = start
-        for p in points:
-            if start < p[0] <= end:
-                if p[preempted] > level:
-                    end = last  # evicted after the read before this one
-                    break
-                last = p[0]
-        floors[(compute, job)] = max(floors.get((compute, job), 0.0), nodes * max(0.0, end - start))
-    out: dict[str, float] = {}
-    for (compute, _job), seconds in floors.items():
-        out[compute] = out.get(compute, 0.0) + seconds
-    return out
-
-
 # --------------------------------------------------------------- the estimate
 def estimate(
     usage: Any,
@@ -269,16 +215,6 @@ def estimate(
     lost = set(lost_jobs)
     total = integrate(usage)
     useful = integrate(usage, exclude=lost)
-    # The lost attempts' node time is never less than their run times say (``run_floor``): a short attempt
-    # between two reads would otherwise cost nothing, and the bill would depend on when the reads landed.
-    for name, floor in run_floor(usage, lost).items():
-        seconds = total.setdefault(name, dict.fromkeys(STATES, 0.0))
-        kept = useful.get(name, {})
-        read = sum(v for st, v in seconds.items() if st != "preempted") - sum(
-            v for st, v in kept.items() if st != "preempted"
-        )
-        if floor > read:
-            seconds["running"] += floor - read
     computes: dict[str, Any] = {}
     hours_by_tier = dict.fromkeys(TIERS, 0.0)
     cost: float | None = 0.0

@@ -128,8 +128,6 @@ class JobWatch:
         self.last_compute = snapshot.compute
         self.terminal = snapshot.terminal
         self.usage.status(_wall(now), snapshot.name, snapshot.status, snapshot.compute)
-        if snapshot.terminal:  # run history's times: the attempt's node time whether or not a read saw it ran
-            self.usage.run_times(snapshot.started_at, snapshot.ended_at, snapshot.instance_count)
         self._settle(snapshot, now)
         self._last_poll = now
         if snapshot.status == GAUGE_STATE:

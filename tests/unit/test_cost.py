@@ -118,44 +118,6 @@ def test_estimate_prices_the_tier_and_defines_the_dedicated_equivalent() -> None
     assert report["preemptions"] == 1 and report["cost_unknown"] is None
 
 
-def test_a_lost_attempt_between_two_reads_still_costs_its_run_time() -> None:
-    # issue 19/22: a preempted attempt that ran between two reads (0 nodes, then its 2 nodes preempted) cost
-    # nothing lost before: the bill depended on a read landing while it ran. Run history's times persist.
-    reads = [[0, 0, 0, 0, 0, 0, 0], [10, 0, 0, 0, 0, 2, 0]]
-    before = cost.estimate(usage(span("r0", reads, end=10)), PRICES, lost_jobs=["r0"], preemptions=1)
-    attempt = {**span("r0", reads, end=10), "ran": [4.0, 6.0, None]}  # the job resource names no node count
-    report = cost.estimate(usage(attempt), PRICES, lost_jobs=["r0"], preemptions=1)
-    assert report["lost_node_hours"] == pytest.approx(1 * 2 / 3600)  # one node at least, for its 2 s
-    assert report["node_hours_total"] == pytest.approx(before["node_hours_total"] + 2 / 3600)
-    assert report["evicted_node_hours"] == before["evicted_node_hours"]  # the reads' own figure
-    assert report["dedicated_equivalent"]["node_hours"] == 0  # all of it lost
-    named = {**attempt, "ran": [4.0, 6.0, 2]}  # 2 nodes named, 2 seen by the reads (preempted)
-    assert cost.estimate(usage(named), PRICES, lost_jobs=["r0"])["lost_node_hours"] == pytest.approx(2 * 2 / 3600)
-    twice = usage(named, {**named, "points": [[10, 0, 0, 0, 0, 2, 0]]})  # the same job from two waits: once
-    assert cost.estimate(twice, PRICES, lost_jobs=["r0"])["lost_node_hours"] == pytest.approx(2 * 2 / 3600)
-    assert cost.estimate(usage(named), PRICES)["lost_node_hours"] == 0  # not lost: no floor
-
-
-def test_reads_that_saw_the_attempt_run_are_kept_over_its_run_times() -> None:
-    # r0 ran 100 s on 2 nodes, then they were preempted and Azure cancelled it 50 s later (run ends at 150):
-    # the read at 100 that saw the rise ends the floor there, so the evicted 50 s are not lost time too
-    reads = [[0, 0, 2, 0, 0, 0, 0], [100, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0], [150, 0, 0, 0, 0, 2, 0]]
-    plain = cost.estimate(usage(span("r0", reads, end=150)), PRICES, lost_jobs=["r0"])
-    ran = {**span("r0", reads, end=150), "ran": [0.0, 150.0, 2]}
-    report = cost.estimate(usage(ran), PRICES, lost_jobs=["r0"])
-    assert report["lost_node_hours"] == plain["lost_node_hours"] == pytest.approx(2 * 100 / 3600)
-    assert report["node_hours_total"] == pytest.approx(plain["node_hours_total"])
-
-
-def test_watch_keeps_the_run_times_of_an_ended_job() -> None:
-    watch = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
-    watch.observe(JobSnapshot(name="j", status="Running", compute="spot-c"))
-    watch.offer_usage(GaugeReading.from_rest("spot-c", arm(running=2), 0.0))
-    watch.observe(JobSnapshot(name="j", status="Failed", compute="spot-c", started_at=100.0, ended_at=102.5))
-    (only,) = watch.usage_dict()["spans"]
-    assert only["ran"] == [100.0, 102.5, None]
-
-
 def test_spot_can_cost_more_than_dedicated_and_says_so() -> None:
     lost = span("r0", [[0, 0, 2, 0, 0, 0, 0]], end=3000)
     kept = span("r1", [[3000, 0, 2, 0, 0, 0, 0]], end=3600)
