@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import glob
 import os
+import random
 import shutil
 import signal
 import socket
@@ -27,9 +28,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port no one listens on now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` is an ephemeral one: between this check and the service's own
+    bind, any process's outgoing connection or another ``free_port()`` can take it (``.ci/run`` saw an e2e
+    api-server fail to bind, and the harness then talked to another deployment's). Below the range only
+    listeners compete, and ``AirflowDeployment.start`` still checks that the api-server bound its port.
+    """
+    low, high = 20000, 32000
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        high = min(high, int(ranges.read().split()[0]))
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(low, high)
+        with contextlib.suppress(OSError), socket.socket() as probe:
+            probe.bind(("0.0.0.0", port))
+            return port
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def pg_bin(name: str) -> str:
@@ -220,10 +235,33 @@ class AirflowDeployment:
 
     def start(self) -> AirflowDeployment:
         self.airflow("db", "migrate")
+        self._start_api_server()
         for service in self.SERVICES:
-            self.start_service(service)
-        self.wait_for_api()
+            if service != "api-server":
+                self.start_service(service)
         return self
+
+    def _start_api_server(self, attempts: int = 3) -> None:
+        """The api-server first, on a port it is seen to hold; only then the services that call it.
+
+        A port taken between ``free_port()`` and the api-server's bind makes uvicorn exit, while another
+        deployment's api-server answers on that port: every call of this harness and of this deployment's
+        scheduler and triggerers would then reach the wrong Airflow. So the api-server must be alive and
+        listening itself before anything goes on; otherwise it starts again on another port.
+        """
+        for _ in range(attempts):
+            self.start_service("api-server")
+            if self.wait_for_api():
+                return
+            self._use_api_port(free_port())
+        log = self.home / "api-server.log"
+        raise RuntimeError(f"api-server did not hold its port in {attempts} attempts; see {log}")
+
+    def _use_api_port(self, port: int) -> None:
+        self.api_port = port
+        self.env["AIRFLOW__API__PORT"] = str(port)
+        self.env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{port}"
+        self.env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://127.0.0.1:{port}/execution/"
 
     def start_service(self, service: str, name: str | None = None) -> None:
         """Start ``service``; ``name`` (default: the service) tells a second instance apart, e.g. a 2nd triggerer."""
@@ -260,16 +298,32 @@ class AirflowDeployment:
         for name in [*extra, *reversed(self.SERVICES)]:
             self.stop_service(name)
 
-    def wait_for_api(self, timeout: float = 120) -> None:
+    def wait_for_api(self, timeout: float = 120) -> bool:
+        """True once this deployment's own api-server answers on its port; False if it exited (its port was
+        taken). An answer from a process that is not ours does not count."""
         deadline = time.monotonic() + timeout
+        proc = self.procs["api-server"]
         while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return False
             try:
-                if requests.get(f"{self.base}/api/v2/monitor/health", timeout=2).ok:
-                    return
+                if requests.get(f"{self.base}/api/v2/monitor/health", timeout=2).ok and self._holds_api_port(proc):
+                    return True
             except requests.RequestException:
                 pass
             time.sleep(0.5)
         raise RuntimeError(f"api-server did not come up; see {self.home / 'api-server.log'}")
+
+    def _holds_api_port(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Whether ``proc`` or one of its children listens on the api port."""
+        try:
+            ours = {proc.pid, *(child.pid for child in psutil.Process(proc.pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            return False
+        return any(
+            conn.pid in ours and conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == self.api_port
+            for conn in psutil.net_connections(kind="tcp")
+        )
 
     # -------------------------------------------------------------------- API
     @property
