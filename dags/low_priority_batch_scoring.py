@@ -18,6 +18,11 @@ Steps:
    failed, so a partition whose output lacks rows is rejected and redone by the next run,
    as new work into a new folder.
 
+The interval is the run's data interval. A run triggered without a logical date (``airflow dags
+trigger``, the UI's Trigger button) has none in Airflow 3; it scores the minute it was triggered in
+(``example_partitions.interval_start``; docs/azure.md: what a manual run scores). To score a given
+day, use ``airflow dags test <dag> <date>`` or a backfill.
+
 No teardown deletes the cluster: with ``max_active_runs=2`` another run's jobs may be running
 on it, and deleting a compute fails the jobs on it. With ``min_instances: 0`` an idle cluster
 has no nodes and costs nothing (it scales down after ``idle_time_before_scale_down``), so it is
