@@ -115,7 +115,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
 
     Module scope, not session: under ``make test`` each file runs on a pytest-xdist worker that then goes
     on to integration tests, and a session-scoped deployment kept its scheduler, API server, triggerer and
-    DAG processor running (about a quarter of a core each, idle) until the worker's very last test.
+    DAG processor running until the worker's very last test (four idle deployments: 15-20 % of a core).
     """
     base = tmp_path_factory.mktemp("e2e")
     first_row = len(RESULTS)  # this file's rows go beside its deployment; `make reliability` writes them all
