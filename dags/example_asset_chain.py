@@ -71,11 +71,17 @@ with DAG(
 ) as etl_dag:
 
     @task(outlets=[RECORDS])
-    def extract(data_interval_start: pendulum.DateTime, outlet_events: Any = None) -> list[dict[str, Any]]:
-        """Write the interval's partitions; the Asset event tells the scoring DAG which ones."""
-        interval = example_partitions.interval_key(data_interval_start)
+    def extract(
+        data_interval_start: pendulum.DateTime | None = None, dag_run: Any = None, outlet_events: Any = None
+    ) -> list[dict[str, Any]]:
+        """Write the interval's partitions; the Asset event tells the scoring DAG which ones.
+
+        A manual run without a logical date (the UI's Trigger button) has no data interval: it writes the
+        minute it was triggered in (``example_partitions.interval_start``)."""
+        start = example_partitions.interval_start(data_interval_start, dag_run)
+        interval = example_partitions.interval_key(start)
         partitions = example_partitions.write_partitions(
-            PREFIX, interval, int(data_interval_start.timestamp()), partitions=2, files=2, rows=10
+            PREFIX, interval, int(start.timestamp()), partitions=2, files=2, rows=10
         )
         outlet_events[RECORDS].extra = {"interval": interval, "partitions": partitions}
         return partitions

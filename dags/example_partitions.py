@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+import pendulum
 from airflow.sdk import ObjectStoragePath
 
 DATASTORE = "workspaceblobstore"
@@ -50,6 +51,26 @@ def datastore_uri(relative: str) -> str:
 
 def interval_key(start: Any) -> str:
     return start.strftime("%Y%m%dT%H%M")
+
+
+def interval_start(data_interval_start: Any, dag_run: Any) -> pendulum.DateTime:
+    """The start of the interval a run works on; its key (``interval_key``) names the run's partitions.
+
+    A run with a data interval (scheduled, backfilled, ``airflow dags test <date>``, the REST API with a
+    ``logical_date``) works on its data interval's start, as before. In Airflow 3 a run with no logical date
+    (``airflow dags trigger`` without ``--logical-date``, the UI's Trigger button, the REST API with
+    ``"logical_date": null``) has no data interval: ``data_interval_start`` is not in its context. Such a
+    run works on the minute it was triggered in: its ``run_after``, down to the minute (interval keys have
+    minute resolution), which is the interval that a run given that minute as its logical date has (with
+    Airflow 3's ``@daily``, a ``CronTriggerTimetable``, and with ``schedule=None``). Each manual run thus
+    scores new data, and two runs triggered in the same minute are the same interval: the same
+    partitions, the same jobs, scored once.
+    """
+    if data_interval_start is not None:
+        return data_interval_start
+    if dag_run is None or getattr(dag_run, "run_after", None) is None:
+        raise ValueError("this run has neither a data interval nor a run_after: pass a logical date")
+    return pendulum.instance(dag_run.run_after).in_timezone("UTC").replace(second=0, microsecond=0)
 
 
 def _marker(prefix: str, interval: str, k: int) -> ObjectStoragePath:

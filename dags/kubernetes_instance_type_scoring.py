@@ -81,7 +81,11 @@ with DAG(
     },
     tags=["azureml", "kubernetes", "example"],
     doc_md=__doc__,
-    user_defined_macros={"cluster_resource_id": cluster_resource_id, "kubeconfig_path": kubeconfig_path},
+    user_defined_macros={
+        "cluster_resource_id": cluster_resource_id,
+        "kubeconfig_path": kubeconfig_path,
+        "interval_start": example_partitions.interval_start,
+    },
 ) as dag:
     # [START howto_operator_attach_kubernetes_compute]
     attach = AzureMLAttachKubernetesComputeOperator(
@@ -123,11 +127,14 @@ with DAG(
     # [END howto_operator_create_batch_deployment_kubernetes]
 
     @task
-    def extract(params: dict[str, Any], data_interval_start: pendulum.DateTime) -> list[dict[str, Any]]:
+    def extract(
+        params: dict[str, Any], data_interval_start: pendulum.DateTime | None = None, dag_run: Any = None
+    ) -> list[dict[str, Any]]:
+        start = example_partitions.interval_start(data_interval_start, dag_run)  # a manual run: its minute
         return example_partitions.write_partitions(
             PREFIX,
-            example_partitions.interval_key(data_interval_start),
-            int(data_interval_start.timestamp()),
+            example_partitions.interval_key(start),
+            int(start.timestamp()),
             params["partitions"],
             params["files_per_partition"],
             params["rows_per_file"],
@@ -151,11 +158,11 @@ with DAG(
         partitions: list[dict[str, Any]],
         planned: list[dict[str, Any]],
         results: list[dict[str, Any]] | None,
-        data_interval_start: pendulum.DateTime,
+        data_interval_start: pendulum.DateTime | None = None,
+        dag_run: Any = None,
     ) -> dict[str, Any]:
-        return example_partitions.report(
-            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results, planned
-        )
+        interval = example_partitions.interval_key(example_partitions.interval_start(data_interval_start, dag_run))
+        return example_partitions.report(PREFIX, interval, partitions, results, planned)
 
     # [START howto_operator_submit_command_job]
     gpu_job = AzureMLSubmitCommandJobOperator(
@@ -168,7 +175,8 @@ with DAG(
             "requests": {"cpu": "2", "memory": "8Gi"},
             "limits": {"cpu": "3", "memory": "12Gi", "nvidia.com/gpu": 1},
         },
-        job_identity="{{ dag.dag_id }}/{{ data_interval_start }}/gpu",
+        # a run with no data interval (a manual trigger) has no data_interval_start: its minute instead
+        job_identity="{{ dag.dag_id }}/{{ interval_start(data_interval_start | default(none), dag_run) }}/gpu",
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
     )

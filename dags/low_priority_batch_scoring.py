@@ -18,6 +18,11 @@ Steps:
    failed, so a partition whose output lacks rows is rejected and redone by the next run,
    as new work into a new folder.
 
+The interval is the run's data interval. A run triggered without a logical date (``airflow dags
+trigger``, the UI's Trigger button) has none in Airflow 3; it scores the minute it was triggered in
+(``example_partitions.interval_start``; docs/azure.md: what a manual run scores). To score a given
+day, use ``airflow dags test <dag> <date>`` or a backfill.
+
 No teardown deletes the cluster: with ``max_active_runs=2`` another run's jobs may be running
 on it, and deleting a compute fails the jobs on it. With ``min_instances: 0`` an idle cluster
 has no nodes and costs nothing (it scales down after ``idle_time_before_scale_down``), so it is
@@ -109,12 +114,18 @@ with DAG(
     # [END howto_operator_create_fallback_deployment]
 
     @task
-    def extract(params: dict[str, Any], data_interval_start: pendulum.DateTime) -> list[dict[str, Any]]:
-        """Write the interval's records as partition folders on the datastore (idempotent)."""
+    def extract(
+        params: dict[str, Any], data_interval_start: pendulum.DateTime | None = None, dag_run: Any = None
+    ) -> list[dict[str, Any]]:
+        """Write the interval's records as partition folders on the datastore (idempotent).
+
+        A run with no data interval (a manual trigger without a logical date) works on the minute it was
+        triggered in (``example_partitions.interval_start``)."""
+        start = example_partitions.interval_start(data_interval_start, dag_run)
         return example_partitions.write_partitions(
             PREFIX,
-            example_partitions.interval_key(data_interval_start),
-            int(data_interval_start.timestamp()),
+            example_partitions.interval_key(start),
+            int(start.timestamp()),
             params["partitions"],
             params["files_per_partition"],
             params["rows_per_file"],
@@ -146,7 +157,8 @@ with DAG(
         partitions: list[dict[str, Any]],
         planned: list[dict[str, Any]],
         results: list[dict[str, Any]] | None,
-        data_interval_start: pendulum.DateTime,
+        data_interval_start: pendulum.DateTime | None = None,
+        dag_run: Any = None,
         ti: Any = None,
     ) -> dict[str, Any]:
         """Rows in must equal rows scored, each row exactly once; verified partitions become checkpoints.
@@ -161,9 +173,8 @@ with DAG(
             ti.xcom_pull(task_ids="score_partition", key="azureml_cost", map_indexes=i)
             for i in range(len(results or []))
         ]
-        return example_partitions.report(
-            PREFIX, example_partitions.interval_key(data_interval_start), partitions, results, planned, costs
-        )
+        interval = example_partitions.interval_key(example_partitions.interval_start(data_interval_start, dag_run))
+        return example_partitions.report(PREFIX, interval, partitions, results, planned, costs)
 
     report(extracted, planned, score.output)
     # One deployment write at a time: both write the endpoint too.

@@ -118,3 +118,35 @@ def sync_dag_folder_as_dag_test_does(dag: Any) -> None:
 
     if Version(compat.airflow_version()).release[:2] < (3, 3):
         sync_dag_folder(dag.dag_id)
+
+
+def trigger_like_the_cli(dag_id: str, run_after: Any) -> dict[str, Any]:
+    """The run ``airflow dags trigger <dag_id>`` (no ``--logical-date``) creates, made by the code that command calls
+    (``airflow.api.common.trigger_dag.trigger_dag``), as a dict; the run is deleted again.
+
+    With no scheduler to run it, a test runs the same shape in-process with ``dag.test(logical_date=None,
+    run_after=...)`` and compares the two.
+    """
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.types import DagRunTriggeredByType
+
+    sync_dag_folder(dag_id)
+    run = trigger_dag(dag_id, triggered_by=DagRunTriggeredByType.CLI, run_after=run_after)
+    assert run is not None
+    shape = run_shape(run)
+    with create_session() as session:
+        for row in session.query(DagRun).filter_by(dag_id=dag_id, run_id=run.run_id):
+            session.delete(row)  # with its task instances
+    return shape
+
+
+def run_shape(run: Any) -> dict[str, Any]:
+    """What a task's context is built from: the run's type, logical date, data interval and run_after."""
+    return {
+        "run_type": str(run.run_type),
+        "logical_date": run.logical_date,
+        "data_interval": (run.data_interval_start, run.data_interval_end),
+        "run_after": run.run_after,
+    }

@@ -204,3 +204,31 @@ def test_outputs_become_events_of_alias_and_matching_asset_outlets() -> None:
     assert output_places(None, "azureml://datastores/workspaceblobstore/paths/azureml/j-1/score/") == {
         "score": output_places({"s": "azureml://datastores/workspaceblobstore/paths/azureml/j-1/score"})["s"]
     }
+
+
+def test_chain_from_a_manual_etl_run_without_a_logical_date(chain_env: Emulator) -> None:
+    """The ETL triggered by hand (its only trigger: ``schedule=None``) with no logical date, as the UI's Trigger
+    button and ``airflow dags trigger`` make it; the scoring and report runs with none either, as the scheduler
+    creates asset-triggered runs. The ETL writes the minute it was triggered in."""
+    from tests.dag_support import run_shape, trigger_like_the_cli
+
+    emulator = chain_env
+    triggered_at = pendulum.datetime(2026, 12, 3, 9, 5, 41, tz="UTC")
+    etl_dag = load_dag("example_asset_chain.py", "example_asset_etl")
+    triggered = trigger_like_the_cli(etl_dag.dag_id, triggered_at)
+    assert triggered["logical_date"] is None and triggered["data_interval"] == (None, None)
+    etl = etl_dag.test(logical_date=None, run_after=triggered_at)
+    assert run_shape(etl) == triggered
+    assert str(etl.state) == "success", task_states(etl)
+    (records,) = asset_events(etl)
+    assert records["extra"]["interval"] == "20261203T0905"
+
+    scoring = load_dag("example_asset_chain.py", "example_asset_scoring").test(logical_date=None)
+    assert str(scoring.state) == "success", task_states(scoring)
+    scored = "azureml://datastores/workspaceblobstore/paths/assets/output/20261203T0905"
+    outputs = [f"{scored}/part-{k:03d}" for k in (0, 1)]
+    assert [e["uri"] for e in asset_events(scoring)] == outputs
+    report = load_dag("example_asset_chain.py", "example_asset_report").test(logical_date=None)
+    assert str(report.state) == "success", task_states(report)
+    assert xcom_value(report, "count_rows")["rows_scored"] == 2 * 2 * 10
+    assert len([j for j in emulator.jobs() if j.job_type == "Pipeline"]) == 2

@@ -232,3 +232,34 @@ def test_partition_with_failed_files_is_redone_not_skipped(example_env: Emulator
     assert report["rows_in"] == report["rows_scored"] == 4 * 6 * 25
     assert report["partitions_scored_this_run"] == 1
     assert len(emulator.jobs()) == 5  # one new job, for the redone partition only
+
+
+# A manual run: `airflow dags trigger` without --logical-date, the UI's Trigger button, the REST API with
+# "logical_date": null. Airflow 3 gives it no logical date and no data interval, only run_after.
+TRIGGERED = pendulum.datetime(2026, 12, 3, 14, 37, 52, 123456, tz="UTC")
+
+
+def test_a_manual_run_without_a_logical_date_scores_the_minute_it_was_triggered_in(example_env: Emulator) -> None:
+    from tests.dag_support import run_shape, trigger_like_the_cli
+
+    emulator = example_env
+    dag = load_dag("low_priority_batch_scoring.py")
+    triggered = trigger_like_the_cli(dag.dag_id, TRIGGERED)
+    assert triggered["logical_date"] is None and triggered["data_interval"] == (None, None)
+    run = dag.test(logical_date=None, run_after=TRIGGERED)
+    assert run_shape(run) == triggered  # the run `airflow dags trigger` makes, run in-process
+    assert str(run.state) == "success", task_states(run)
+    report = json.loads(emulator.datastore_path("scoring/reports/20261203T1437/report.json").read_text())
+    assert report["interval"] == "20261203T1437"
+    assert report["rows_in"] == report["rows_scored"] == 4 * 6 * 25
+    assert report["partitions_scored_this_run"] == 4 and len(emulator.jobs()) == 4
+
+    # triggered again in the same minute: the same interval, already scored, so no job at all
+    again = load_dag("low_priority_batch_scoring.py").test(logical_date=None, run_after=TRIGGERED.add(seconds=5))
+    assert str(again.state) == "success", task_states(again)
+    assert len(emulator.jobs()) == 4
+    assert read_report_of(emulator, "20261203T1437")["partitions_scored_this_run"] == 0
+
+
+def read_report_of(emulator: Emulator, interval: str) -> dict[str, Any]:
+    return json.loads(emulator.datastore_path(f"scoring/reports/{interval}/report.json").read_text())

@@ -143,9 +143,12 @@ def test_kubernetes_deployment_checks_instance_type(
         assert dep["properties"]["resources"]["instanceType"] == "cpularge" and puts == 1
 
 
+@pytest.mark.parametrize("manual", [False, True], ids=["logical-date", "manual-no-logical-date"])
 def test_kubernetes_example_dag(
-    emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, monkeypatch: pytest.MonkeyPatch
+    emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, monkeypatch: pytest.MonkeyPatch, manual: bool
 ) -> None:
+    """With a logical date, and as a manual run without one (``airflow dags trigger``): no data interval, so
+    the run works on the minute it was triggered in, its GPU job's identity included."""
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{emulator.datastore_path('')}")
     monkeypatch.setenv("AZUREML_KUBECONFIG", str(emulator.kubeconfig("k8s-compute")))
     monkeypatch.setenv(
@@ -154,8 +157,10 @@ def test_kubernetes_example_dag(
         "/providers/Microsoft.ContainerService/managedClusters/k8s-compute",
     )
     monkeypatch.setenv("AZUREML_POLL_SECONDS", "0.1")
-    run = load_dag("kubernetes_instance_type_scoring.py").test(logical_date=LOGICAL)
+    dag = load_dag("kubernetes_instance_type_scoring.py")
+    run = dag.test(logical_date=None, run_after=LOGICAL.add(seconds=42)) if manual else dag.test(logical_date=LOGICAL)
     assert str(run.state) == "success", task_states(run)
+    assert (run.data_interval_start is None) is manual
     assert set(emulator.instance_type_objects("k8s-compute")) >= {
         "cpusmall",
         "cpularge",
