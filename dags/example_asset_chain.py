@@ -37,6 +37,11 @@ POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
+# The same names, cluster and pool as low_priority_batch_scoring.py: one place each (the YAML, the pool).
+CLUSTER = example_partitions.config_name(CONFIG / "low-pri-cluster.yml")
+ENDPOINT = example_partitions.config_name(CONFIG / "endpoint.yml")
+DEPLOYMENT = example_partitions.config_name(CONFIG / "deployment.yml")
+INFRA_POOL = os.environ.get("AZUREML_INFRA_POOL", "azureml_infrastructure")
 
 # [START howto_assets_uris]
 RECORDS = Asset(datastore_uri(example_partitions.DATASTORE, f"{PREFIX}/input"))
@@ -99,10 +104,10 @@ with DAG(
     doc_md=__doc__,
 ) as scoring_dag:
     create_cluster = AzureMLCreateComputeClusterOperator(
-        task_id="create_low_priority_cluster", compute=str(CONFIG / "low-pri-cluster.yml")
+        task_id="create_low_priority_cluster", compute=str(CONFIG / "low-pri-cluster.yml"), pool=INFRA_POOL
     )
     create_deployment = AzureMLCreateBatchDeploymentOperator(
-        task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml")
+        task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml"), pool=INFRA_POOL
     )
 
     @task(inlets=[RECORDS])
@@ -121,8 +126,8 @@ with DAG(
     # [START howto_assets_invoke_outlets]
     score = AzureMLInvokeBatchEndpointOperator.partial(
         task_id="score_partition",
-        endpoint_name="heart-classifier-batch",
-        deployment_name="classifier-xgboost",
+        endpoint_name=ENDPOINT,
+        deployment_name=DEPLOYMENT,
         resubmit_backoff=RESUBMIT_BACKOFF,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         outlets=[SCORED],  # one asset event per rendered output, emitted when the job completed
@@ -153,7 +158,7 @@ with DAG(
         # Azure ML mounts each input and names its path in AZURE_ML_INPUT_<name>
         command="python -c \"import os; print(sorted(k for k in os.environ if k.startswith('AZURE_ML_INPUT_')))\"",
         environment="azureml:AzureML-sklearn-1.5@latest",
-        compute="low-pri-cluster",
+        compute=CLUSTER,
         inputs=partitions,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
     )

@@ -10,9 +10,11 @@ import csv
 import io
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pendulum
+import yaml
 from airflow.sdk import ObjectStoragePath
 
 DATASTORE = "workspaceblobstore"
@@ -20,7 +22,17 @@ HEADER = ["row_id", "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "t
 
 
 def datastore_root() -> str:
-    return os.environ.get("AZUREML_DATASTORE_ROOT", "file:///tmp/azureml-datastore/workspaceblobstore").rstrip("/")
+    """``AZUREML_DATASTORE_ROOT``, required: with no default, a forgotten setting cannot send the data to the
+    worker's own disk, where no Azure ML job would ever read it."""
+    root = os.environ.get("AZUREML_DATASTORE_ROOT", "").strip()
+    if not root:
+        raise ValueError(
+            "AZUREML_DATASTORE_ROOT is not set: set it, on the DAG processor and every worker, to where the "
+            "workspace's workspaceblobstore container is reachable (abfs://<container>@<account>.dfs.core.windows"
+            ".net with AZUREML_STORAGE_CONN_ID, or a mounted folder as file:///mnt/blobstore; the emulator "
+            "prints its own). Nothing was written."
+        )
+    return root.rstrip("/")
 
 
 def storage(relative: str) -> ObjectStoragePath:
@@ -47,6 +59,30 @@ def storage(relative: str) -> ObjectStoragePath:
 
 def datastore_uri(relative: str) -> str:
     return f"azureml://datastores/{DATASTORE}/paths/{relative.strip('/')}/"
+
+
+def config_name(yaml_file: Path, key: str = "name") -> str:
+    """A name from the az ml CLI YAML (endpoint, deployment, compute), so that it is defined in one place."""
+    value = yaml.safe_load(yaml_file.read_text()).get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{yaml_file} has no {key!r}")
+    return value
+
+
+def retry_args(first_delay_seconds: float) -> dict[str, Any]:
+    """Retries that outlast Azure's throttling and short outages: ``first_delay_seconds`` doubling (with
+    Airflow's jitter) up to 30 minutes. Airflow 3.1 takes ``retry_exponential_backoff`` as a bool (base 2);
+    3.2 made it the multiplier, where ``True`` would mean 1, no back-off at all."""
+    from airflow import __version__ as airflow_version
+    from packaging.version import Version
+
+    doubling: bool | float = True if Version(airflow_version) < Version("3.2") else 2.0
+    return {
+        "retries": 3,
+        "retry_delay": pendulum.duration(seconds=first_delay_seconds),
+        "retry_exponential_backoff": doubling,
+        "max_retry_delay": pendulum.duration(minutes=30),
+    }
 
 
 def interval_key(start: Any) -> str:
@@ -78,10 +114,40 @@ def _marker(prefix: str, interval: str, k: int) -> ObjectStoragePath:
     return storage(f"{prefix}/markers/{interval}/part-{k:03d}._SUCCESS")
 
 
+def _layout(prefix: str, interval: str, partitions: int, files: int, rows: int) -> tuple[int, int, int]:
+    """The interval's partition layout, fixed the first time the interval is written.
+
+    Partitions are the checkpoints and job identities: re-partitioning an interval that was already (even
+    partly) scored would score its rows again under new identities. So a changed ``partitions``,
+    ``files_per_partition`` or ``rows_per_file`` param applies to intervals not written yet; an interval
+    written before keeps its layout, and the run says so. (An interval written by a version without a
+    layout file keeps the number of partitions its markers show.)
+    """
+    wanted = {"partitions": partitions, "files_per_partition": files, "rows_per_file": rows}
+    path = storage(f"{prefix}/layouts/{interval}.json")
+    if path.exists():
+        fixed = json.loads(path.read_text())
+    else:
+        markers = storage(f"{prefix}/markers/{interval}")
+        written = sorted(markers.glob("part-*._SUCCESS")) if markers.exists() else []
+        fixed = {**wanted, "partitions": len(written)} if written else wanted
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(fixed, indent=2))
+    if fixed != wanted:
+        print(
+            f"interval {interval} keeps the layout it was first written with, {json.dumps(fixed)}; this run's "
+            f"params ask for {json.dumps(wanted)}, which applies to intervals not written yet. To lay this "
+            f"interval out again, delete {prefix}/{{input,markers,layouts,checkpoints,output}}/{interval} first."
+        )
+    return fixed["partitions"], fixed["files_per_partition"], fixed["rows_per_file"]
+
+
 def write_partitions(prefix: str, interval: str, seed: int, partitions: int, files: int, rows: int) -> list[dict]:
-    """Write the interval's records as partition folders. Idempotent: a marker records a finished one."""
+    """Write the interval's records as partition folders. Idempotent: a marker records a finished one, and
+    the layout is the one the interval was first written with (``_layout``)."""
     from airflow_azureml.example_data import heart_rows
 
+    partitions, files, rows = _layout(prefix, interval, partitions, files, rows)
     result = []
     for k in range(partitions):
         folder = f"{prefix}/input/{interval}/part-{k:03d}"
@@ -235,5 +301,9 @@ def report(
     (folder / "report.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
     if problems:
-        raise ValueError("exactly-once check failed: " + "; ".join(problems))
+        raise ValueError(
+            f"exactly-once check failed for interval {interval}: " + "; ".join(problems) + ". The rejected "
+            "partitions are redone as new work, into new folders, by the next run of this interval: fix the input "
+            "if it is bad, then clear this DAG run (or its extract task and everything downstream)."
+        )
     return summary

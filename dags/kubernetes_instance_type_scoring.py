@@ -47,6 +47,8 @@ COMPUTE = "k8s-compute"
 ENDPOINT = "heart-classifier-k8s"
 DEPLOYMENT = "classifier-k8s"
 PREFIX = "k8s-scoring"
+INFRA_POOL = os.environ.get("AZUREML_INFRA_POOL", "azureml_infrastructure")  # one infrastructure write at a time
+RETRY_DELAY = float(os.environ.get("AZUREML_RETRY_DELAY_SECONDS", "120"))
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
@@ -73,7 +75,8 @@ with DAG(
     schedule="@daily",
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=5)},
+    dagrun_timeout=pendulum.duration(hours=20),
+    default_args=example_partitions.retry_args(RETRY_DELAY),
     params={
         "partitions": Param(2, type="integer", minimum=1, maximum=64),
         "files_per_partition": Param(4, type="integer", minimum=1),
@@ -93,6 +96,7 @@ with DAG(
         name=COMPUTE,
         resource_id="{{ cluster_resource_id() }}",
         namespace="azureml",
+        pool=INFRA_POOL,
     )
     # [END howto_operator_attach_kubernetes_compute]
     # [START howto_operator_apply_instance_types]
@@ -100,6 +104,7 @@ with DAG(
         task_id="apply_instance_types",
         instance_types=str(CONFIG / "instance-types.yml"),
         kubeconfig="{{ kubeconfig_path() }}",
+        pool=INFRA_POOL,
     )
     # [END howto_operator_apply_instance_types]
     # [START howto_operator_create_batch_deployment_kubernetes]
@@ -123,6 +128,7 @@ with DAG(
         output_file_name="predictions.csv",
         max_retries=3,
         retry_timeout=300,
+        pool=INFRA_POOL,
     )
     # [END howto_operator_create_batch_deployment_kubernetes]
 
@@ -153,7 +159,7 @@ with DAG(
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(planned := plan(extracted := extract()))
 
-    @task(trigger_rule="none_failed")
+    @task(trigger_rule="none_failed", retries=0)  # the same outputs would fail the check again
     def report(
         partitions: list[dict[str, Any]],
         planned: list[dict[str, Any]],

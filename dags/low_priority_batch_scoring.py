@@ -54,7 +54,7 @@ from typing import Any
 
 import example_partitions
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
@@ -63,11 +63,20 @@ from airflow_azureml.operators import (
 )
 
 CONFIG = Path(__file__).parent / "azureml"
-CLUSTER = "low-pri-cluster"
-ENDPOINT = "heart-classifier-batch"
-DEPLOYMENT = "classifier-xgboost"
-FALLBACK_DEPLOYMENT = "classifier-xgboost-dedicated"  # the same model on dedicated compute
+# Names are defined once, in the az ml CLI YAML that creates them.
+CLUSTER = example_partitions.config_name(CONFIG / "low-pri-cluster.yml")
+ENDPOINT = example_partitions.config_name(CONFIG / "endpoint.yml")
+DEPLOYMENT = example_partitions.config_name(CONFIG / "deployment.yml")
+FALLBACK_DEPLOYMENT = example_partitions.config_name(CONFIG / "deployment-dedicated.yml")  # dedicated compute
 PREFIX = "scoring"
+# The infrastructure tasks (clusters, endpoint, deployments) of every run and DAG run in this pool of one
+# slot, so that two runs, a backfill or another DAG never write the same endpoint at once. Create it once:
+# ``airflow pools set azureml_infrastructure 1 "Azure ML infrastructure writes, one at a time"``.
+INFRA_POOL = os.environ.get("AZUREML_INFRA_POOL", "azureml_infrastructure")
+# One event per verified interval (every row in scored exactly once): what downstream DAGs schedule on.
+VERIFIED = Asset(example_partitions.datastore_uri(f"{PREFIX}/reports"))
+# A failed task's first retry after this long, doubling up to 30 min: longer than Azure's throttling waits.
+RETRY_DELAY = float(os.environ.get("AZUREML_RETRY_DELAY_SECONDS", "120"))
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
@@ -81,7 +90,9 @@ with DAG(
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     max_active_runs=2,
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=5)},
+    # a run still going after 20 h is stuck: fail it before the next day's run piles up behind it
+    dagrun_timeout=pendulum.duration(hours=20),
+    default_args=example_partitions.retry_args(RETRY_DELAY),
     params={
         "partitions": Param(4, type="integer", minimum=1, maximum=64),
         "files_per_partition": Param(6, type="integer", minimum=1),
@@ -94,15 +105,15 @@ with DAG(
 ) as dag:
     # [START howto_operator_create_compute_cluster]
     create_cluster = AzureMLCreateComputeClusterOperator(
-        task_id="create_low_priority_cluster", compute=str(CONFIG / "low-pri-cluster.yml")
+        task_id="create_low_priority_cluster", compute=str(CONFIG / "low-pri-cluster.yml"), pool=INFRA_POOL
     )
     # [END howto_operator_create_compute_cluster]
     create_dedicated = AzureMLCreateComputeClusterOperator(
-        task_id="create_dedicated_cluster", compute=str(CONFIG / "dedicated-pool.yml")
+        task_id="create_dedicated_cluster", compute=str(CONFIG / "dedicated-pool.yml"), pool=INFRA_POOL
     )
     # [START howto_operator_create_batch_deployment]
     create_deployment = AzureMLCreateBatchDeploymentOperator(
-        task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml")
+        task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml"), pool=INFRA_POOL
     )
     # [END howto_operator_create_batch_deployment]
     # [START howto_operator_create_fallback_deployment]
@@ -110,6 +121,7 @@ with DAG(
         task_id="create_fallback_deployment",
         deployment=str(CONFIG / "deployment-dedicated.yml"),
         set_default=False,  # the endpoint's default stays the spot deployment
+        pool=INFRA_POOL,
     )
     # [END howto_operator_create_fallback_deployment]
 
@@ -152,7 +164,7 @@ with DAG(
     ).expand_kwargs(planned := plan(extracted := extract()))
     # [END howto_operator_invoke_batch_endpoint]
 
-    @task(trigger_rule="none_failed")
+    @task(trigger_rule="none_failed", outlets=[VERIFIED], retries=0)
     def report(
         partitions: list[dict[str, Any]],
         planned: list[dict[str, Any]],
@@ -160,9 +172,12 @@ with DAG(
         data_interval_start: pendulum.DateTime | None = None,
         dag_run: Any = None,
         ti: Any = None,
+        outlet_events: Any = None,
     ) -> dict[str, Any]:
         """Rows in must equal rows scored, each row exactly once; verified partitions become checkpoints.
 
+        Only a wholly verified interval emits the ``VERIFIED`` asset event; a failed check fails this task
+        (no retry: the same outputs would fail it again) with what is wrong and how it is redone.
         Adds the run's bill: each scoring task's cost report (XCom ``azureml_cost``), combined per
         cluster without counting time twice (``airflow_azureml.cost.run_bill``).
         """
@@ -174,7 +189,13 @@ with DAG(
             for i in range(len(results or []))
         ]
         interval = example_partitions.interval_key(example_partitions.interval_start(data_interval_start, dag_run))
-        return example_partitions.report(PREFIX, interval, partitions, results, planned, costs)
+        summary = example_partitions.report(PREFIX, interval, partitions, results, planned, costs)
+        outlet_events[VERIFIED].extra = {
+            "interval": interval,
+            "rows_scored": summary["rows_scored"],
+            "predictions": summary["predictions"],
+        }
+        return summary
 
     report(extracted, planned, score.output)
     # One deployment write at a time: both write the endpoint too.

@@ -236,6 +236,8 @@ class AirflowDeployment:
     def start(self) -> AirflowDeployment:
         self.airflow("db", "migrate")
         self._start_api_server()
+        # the example DAGs' infrastructure tasks run in this pool, one at a time (docs/azure.md, step 4)
+        self.api("POST", "/pools", json={"name": "azureml_infrastructure", "slots": 1, "include_deferred": False})
         for service in self.SERVICES:
             if service != "api-server":
                 self.start_service(service)

@@ -8,6 +8,7 @@ checks that nothing this deployment wrote holds secret material.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -252,6 +253,18 @@ def test_two_overlapping_dag_runs(e2e: E2E) -> None:
     assert states == ["success", "success"]
     for result in results:
         assert_exactly_once(result, jobs=CONF["partitions"])
+    # the runs overlapped, but their infrastructure writes (clusters, endpoint, deployments) did not: they
+    # share the pool of one slot, so no two of the eight tasks ran at once
+    infra = [
+        ti
+        for r in runs
+        for ti in e2e.airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{r}/taskInstances")["task_instances"]
+        if ti["task_id"].startswith("create_")
+    ]
+    assert len(infra) == 8 and {ti["pool"] for ti in infra} == {"azureml_infrastructure"}, infra
+    windows = sorted((ti["start_date"], ti["end_date"], ti["dag_run_id"], ti["task_id"]) for ti in infra)
+    for before, after in itertools.pairwise(windows):
+        assert before[1] <= after[0], f"two infrastructure writes at once: {before} and {after}"
 
 
 def test_no_secret_or_token_in_logs_xcom_or_trigger_rows(e2e: E2E) -> None:

@@ -14,6 +14,7 @@ import pytest
 from airflow_azureml.emulator import Emulator
 from tests.conftest import FAST, load_dag, task_states
 from tests.helpers import preempt, when_running
+from tests.integration.test_assets import asset_events
 from tests.integration.test_exactly_once import preempt_cluster, when_sampled
 
 INTERVAL = pendulum.datetime(2026, 11, 28, tz="UTC")
@@ -217,6 +218,7 @@ def test_partition_with_failed_files_is_redone_not_skipped(example_env: Emulator
 
     first_run = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL)
     assert str(first_run.state) == "failed" and task_states(first_run)["report"] == "failed", task_states(first_run)
+    assert asset_events(first_run) == []  # a partly verified interval is not announced
     assert all(j.status == "Completed" for j in emulator.jobs())  # completed, although rows are missing
     assert len(emulator.jobs()) == 4
 
@@ -232,6 +234,45 @@ def test_partition_with_failed_files_is_redone_not_skipped(example_env: Emulator
     assert report["rows_in"] == report["rows_scored"] == 4 * 6 * 25
     assert report["partitions_scored_this_run"] == 1
     assert len(emulator.jobs()) == 5  # one new job, for the redone partition only
+    (event,) = asset_events(second_run)  # the whole interval verified: one event, downstream DAGs' trigger
+    assert event["uri"] == "azureml://datastores/workspaceblobstore/paths/scoring/reports"
+    assert event["task"] == "report" and event["extra"]["interval"] == interval
+    assert event["extra"]["rows_scored"] == 4 * 6 * 25
+
+
+def test_production_settings_retries_timeout_and_one_infrastructure_write_at_a_time(example_env: Emulator) -> None:
+    """Retries that outlast Azure's throttling (minutes, doubling), a run timeout, and the infrastructure
+    tasks in the pool of one slot that serialises endpoint writes across runs and DAGs."""
+    from airflow import __version__ as airflow_version
+    from packaging.version import Version
+
+    for file in ("low_priority_batch_scoring.py", "kubernetes_instance_type_scoring.py"):
+        dag = load_dag(file)
+        assert dag.dagrun_timeout == pendulum.duration(hours=20)
+        infra = {t.task_id for t in dag.tasks if t.pool == "azureml_infrastructure"}
+        writers = {t.task_id for t in dag.tasks if type(t).__name__.startswith(("AzureMLCreate", "AzureMLAttach"))}
+        assert writers and writers <= infra, (writers, infra)
+        for t in dag.tasks:
+            if t.task_id == "report":
+                assert t.retries == 0  # the same outputs would fail the check again
+                continue
+            assert t.retries == 3 and t.max_retry_delay == pendulum.duration(minutes=30)
+            # conftest sets AZUREML_RETRY_DELAY_SECONDS=1 for the suite; the DAG's default is 120 s
+            assert t.retry_delay == pendulum.duration(seconds=1)
+            doubling = t.retry_exponential_backoff
+            assert doubling is True if Version(airflow_version) < Version("3.2") else doubling == 2.0
+
+
+def test_a_changed_partition_count_does_not_repartition_a_scored_interval(example_env: Emulator) -> None:
+    emulator = example_env
+    first = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL, run_conf={"partitions": 2})
+    assert str(first.state) == "success", task_states(first)
+    assert len(emulator.jobs()) == 2
+    again = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL, run_conf={"partitions": 6})
+    assert str(again.state) == "success", task_states(again)
+    assert len(emulator.jobs()) == 2  # the interval keeps its 2 partitions, both verified: no new job
+    report = read_report(emulator)
+    assert report["partitions"] == 2 and report["rows_in"] == report["rows_scored"] == 2 * 6 * 25
 
 
 # A manual run: `airflow dags trigger` without --logical-date, the UI's Trigger button, the REST API with

@@ -78,3 +78,51 @@ def test_airflow_s_own_form_and_local_folders_pass_through(
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
     local = ep.storage("a/b.txt")
     assert conn_id(local) is None and local.path == f"{tmp_path}/a/b.txt"
+
+
+def test_no_root_fails_before_anything_is_written(
+    ep: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A forgotten AZUREML_DATASTORE_ROOT must not send the data to the worker's own disk, where no Azure ML
+    job reads it: there is no default, and extract fails before it writes a file."""
+    monkeypatch.delenv("AZUREML_DATASTORE_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"AZUREML_DATASTORE_ROOT is not set.*Nothing was written"):
+        ep.write_partitions("scoring", "20261128T0000", 1, partitions=2, files=1, rows=2)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", "  ")
+    with pytest.raises(ValueError, match="AZUREML_DATASTORE_ROOT is not set"):
+        ep.storage("scoring/input")
+
+
+def test_an_intervals_layout_is_fixed_once_written(
+    ep: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Partitions are checkpoints and job identities: a changed param must not re-partition (and so score
+    again) an interval already written; it applies to new intervals."""
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
+    first = ep.write_partitions("scoring", "20261128T0000", 1, partitions=2, files=1, rows=3)
+    again = ep.write_partitions("scoring", "20261128T0000", 1, partitions=5, files=4, rows=9)
+    assert again == first and len(first) == 2
+    assert "keeps the layout it was first written with" in capsys.readouterr().out
+    assert len((tmp_path / "scoring/input/20261128T0000/part-000/records-000.csv").read_text().splitlines()) == 4
+    assert not (tmp_path / "scoring/input/20261128T0000/part-000/records-001.csv").exists()
+    assert len(ep.write_partitions("scoring", "20261129T0000", 1, partitions=5, files=4, rows=9)) == 5  # new: new
+
+
+def test_an_interval_written_before_layouts_were_recorded_keeps_its_partitions(
+    ep: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
+    ep.write_partitions("scoring", "20261128T0000", 1, partitions=3, files=1, rows=2)
+    (tmp_path / "scoring/layouts/20261128T0000.json").unlink()  # as an older version left it
+    assert len(ep.write_partitions("scoring", "20261128T0000", 1, partitions=6, files=1, rows=2)) == 3
+
+
+def test_names_come_from_the_yaml_that_creates_them(ep: ModuleType, tmp_path: Path) -> None:
+    from tests.conftest import REPO
+
+    assert ep.config_name(REPO / "dags/azureml/endpoint.yml") == "heart-classifier-batch"
+    (tmp_path / "x.yml").write_text("description: no name\n")
+    with pytest.raises(ValueError, match="has no 'name'"):
+        ep.config_name(tmp_path / "x.yml")
