@@ -118,6 +118,142 @@ def test_estimate_prices_the_tier_and_defines_the_dedicated_equivalent() -> None
     assert report["preemptions"] == 1 and report["cost_unknown"] is None
 
 
+def ran(one: dict, start: float, end: float, nodes: int | None = None) -> dict:
+    """``one`` with its job's run history times (and the nodes its job resource names) kept by the wait."""
+    return {**one, "ran": [start, end, nodes]}
+
+
+def capped(u: dict, max_nodes: int) -> dict:
+    """``u`` with the cluster's scaleSettings.maxNodeCount as its reads recorded it."""
+    return {**u, "computes": {n: {**info, "max_nodes": max_nodes} for n, info in u["computes"].items()}}
+
+
+def test_a_lost_attempt_no_read_saw_costs_its_own_time_times_its_nodes() -> None:
+    # issue 19/22: r0 started, ran and lost its 2 nodes between two reads (0 nodes, then 2 preempted): by the
+    # reads alone it lost nothing, so the bill depended on when the reads landed (test_openlineage on a busy
+    # machine). Its run history times (4 s to 6 s) on its 2 nodes are 4 node-seconds lost, whatever the reads.
+    reads = [[0, 0, 0, 0, 0, 0, 0], [10, 0, 0, 0, 0, 2, 0]]
+    report = cost.estimate(usage(ran(span("r0", reads, end=10), 4.0, 6.0, 2)), PRICES, lost_jobs=["r0"])
+    assert report["lost_node_hours"] == pytest.approx(2 * 2 / 3600)
+    # the floor takes the nodes the line between the reads placed in ``preempted`` first (one node, one
+    # state): the reads' 10 node-seconds there, less their 2 under the floor, plus the floor's 4
+    assert report["evicted_node_hours"] == pytest.approx(8 / 3600)
+    assert report["node_hours_total"] == pytest.approx(12 / 3600)
+    assert report["dedicated_equivalent"]["node_hours"] == 0  # all of it lost
+    unnamed = cost.estimate(usage(ran(span("r0", reads, end=10), 4.0, 6.0)), PRICES, lost_jobs=["r0"])
+    assert unnamed["lost_node_hours"] == pytest.approx(1 * 2 / 3600)  # none named: the one a Running job holds
+    one_node = cost.estimate(capped(usage(ran(span("r0", reads, end=10), 4.0, 6.0, 2)), 1), PRICES, lost_jobs=["r0"])
+    assert one_node["lost_node_hours"] == pytest.approx(1 * 2 / 3600)  # never more than the cluster's maxNodeCount
+    # the same attempt from two waits is one attempt; a wait that read nothing still brings its run times
+    twice = cost.merge(
+        usage(ran(span("r0", reads, end=10), 4.0, 6.0, 2)), usage(ran(span("r0", [], end=None), 4, 6, 2))
+    )
+    assert cost.estimate(twice, PRICES, lost_jobs=["r0"])["lost_node_hours"] == pytest.approx(2 * 2 / 3600)
+    # not lost (a failure of its own): the same node time, in the dedicated equivalent instead
+    kept = cost.estimate(usage(ran(span("r0", reads, end=10), 4.0, 6.0, 2)), PRICES)
+    assert kept["lost_node_hours"] == 0 and kept["dedicated_equivalent"]["node_hours"] == pytest.approx(4 / 3600)
+
+
+def test_reads_that_saw_the_attempt_run_are_kept_and_the_floor_adds_nothing_to_them() -> None:
+    # r0 ran 100 s on 2 nodes, then they were preempted and Azure cancelled it 50 s later (run ends at 150):
+    # the read at 125 inside its life saw them preempted, so the floor ends at the read before (100), and the
+    # evicted 50 s are evicted time, not lost time as well
+    reads = [[0, 0, 2, 0, 0, 0, 0], [100, 0, 2, 0, 0, 0, 0], [125, 0, 0, 0, 0, 2, 0], [150, 0, 0, 0, 0, 2, 0]]
+    plain = cost.estimate(usage(span("r0", reads, end=150)), PRICES, lost_jobs=["r0"])
+    report = cost.estimate(usage(ran(span("r0", reads, end=150), 0.0, 150.0, 2)), PRICES, lost_jobs=["r0"])
+    for key in ("lost_node_hours", "evicted_node_hours", "node_hours_total"):
+        assert report[key] == pytest.approx(plain[key]), key
+    assert cost.attempt_floors(usage(ran(span("r0", reads, end=150), 0.0, 150.0, 2)))["spot-c"] == [
+        cost.Floor("r0", 0.0, 100.0, 2, False)
+    ]
+
+
+def test_a_falling_gauge_hides_no_eviction_from_the_floor() -> None:
+    # a shared cluster: k (kept, 1 node) runs throughout; the lost attempt r1 (1 node) runs from 10 s to its
+    # end at 40 s. Two nodes of an earlier attempt were preempted (2 at 0 s), deallocated by 15 s (0), then
+    # r1's node is evicted (1 at 25 s): below the count at r1's start, a rise over the read before it all the
+    # same. So r1's floor ends at 15 s, not 40 s; and the nodes the reads show are k's (its wait looked).
+    k = span(
+        "k", [[0, 0, 1, 0, 0, 2, 0], [15, 0, 2, 0, 0, 0, 0], [25, 0, 1, 0, 0, 1, 0], [50, 0, 1, 0, 0, 1, 0]], end=50
+    )
+    r1 = ran(span("r1", [[15, 0, 2, 0, 0, 0, 0], [25, 0, 1, 0, 0, 1, 0]], end=45), 10.0, 40.0, 1)
+    assert cost.attempt_floors(usage(k, r1), ["r1"])["spot-c"] == [cost.Floor("r1", 10.0, 15.0, 1, True)]
+    report = cost.estimate(usage(k, r1), PRICES, lost_jobs=["r1"])
+    assert report["lost_node_hours"] == pytest.approx(1 * 5 / 3600)
+    # a read inside the life that saw fewer nodes than the attempt's (its node gone, or not there yet) ends
+    # the floor at the read before it, however the preempted count moved
+    gone = ran(span("r2", [[0, 0, 1, 0, 0, 0, 0], [20, 0, 0, 0, 0, 0, 0]], end=45), 10.0, 40.0, 1)
+    assert cost.attempt_floors(usage(gone))["spot-c"] == []  # from there the reads alone count
+
+
+def test_each_attempt_has_its_own_floor_none_hides_another() -> None:
+    # r0: the reads saw it (preparing from 0 s, running 10-100 s on 2 nodes: 200 node-seconds lost, more than
+    # its run times' 180); r1: no read inside its life (155-160 s, 2 nodes). A floor per compute compared
+    # with the reads' total (the reverted 74ad706) let r0's extra reads hide r1's 10 node-seconds.
+    r0 = ran(
+        span(
+            "r0", [[0, 2, 0, 0, 0, 0, 0], [10, 0, 2, 0, 0, 0, 0], [100, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0]], 110
+        ),
+        10.0,
+        100.0,
+        2,
+    )
+    r1 = ran(span("r1", [[150, 0, 0, 0, 0, 0, 0], [170, 0, 0, 0, 0, 0, 0]], end=170), 155.0, 160.0, 2)
+    report = cost.estimate(usage(r0, r1), PRICES, lost_jobs=["r0", "r1"])
+    assert report["lost_node_hours"] == pytest.approx((200 + 10) / 3600)
+
+
+def test_overlapping_attempts_on_a_shared_cluster_count_once_in_the_run() -> None:
+    # two tasks' lost attempts on one cluster, one node each, no read inside either life: a (5-15 s) and
+    # b (10-18 s) overlap from 10 to 15 s. Two attempts hold two nodes: 18 node-seconds; on a cluster of one
+    # node (maxNodeCount 1) they cannot both have held one, and the run counts that node's 13 s once.
+    a_use = usage(ran(span("a", [[0, 0, 0, 0, 0, 0, 0], [20, 0, 0, 0, 0, 0, 0]], end=20), 5.0, 15.0, 1))
+    b_use = usage(ran(span("b", [[2, 0, 0, 0, 0, 0, 0], [22, 0, 0, 0, 0, 0, 0]], end=22), 10.0, 18.0, 1))
+    for most, lost in ((2, 10 + 8), (1, 13)):
+        tasks = [capped(a_use, most), capped(b_use, most)]
+        reports = [
+            {**cost.estimate(u, PRICES, lost_jobs=[j], preemptions=1), "task_id": j, "usage": u}
+            for u, j in zip(tasks, "ab", strict=True)
+        ]
+        bill = cost.run_bill(reports)
+        assert bill["lost_node_hours"] == pytest.approx(lost / 3600)
+        assert bill["node_hours_total"] == pytest.approx(lost / 3600)  # nothing else: the reads saw no node
+        assert sum(r["lost_node_hours"] for r in reports) == pytest.approx(18 / 3600)  # each task's own, 10 + 8
+    # where the reads already billed an attempt's nodes, its floor adds none: a kept job's two nodes and the
+    # lost attempt's one, all seen by the reads (3 running from 0 to 30 s), on a cluster of three
+    seen = capped(
+        usage(
+            span("k", [[0, 0, 3, 0, 0, 0, 0], [30, 0, 3, 0, 0, 0, 0]], end=30),
+            ran(span("c", [[0, 0, 3, 0, 0, 0, 0], [30, 0, 3, 0, 0, 0, 0]], end=30), 5.0, 25.0, 1),
+        ),
+        3,
+    )
+    bill = cost.estimate(seen, PRICES, lost_jobs=["c"])
+    assert bill["node_hours_total"] == pytest.approx(3 * 30 / 3600)  # the reads' figure, nothing added
+    assert bill["lost_node_hours"] == pytest.approx(1 * 20 / 3600)  # c's node, carved out of the kept time
+    assert bill["dedicated_equivalent"]["node_hours"] == pytest.approx((3 * 30 - 20) / 3600)
+
+
+def test_watch_keeps_the_run_times_and_the_cluster_size_of_an_ended_job() -> None:
+    watch = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
+    watch.observe(JobSnapshot(name="j", status="Running", compute="spot-c"))
+    sized = arm(running=2)
+    sized["properties"]["properties"]["scaleSettings"] = {"maxNodeCount": 4, "minNodeCount": 0}
+    watch.offer_usage(GaugeReading.from_rest("spot-c", sized, 0.0))
+    watch.observe(JobSnapshot(name="j", status="Failed", compute="spot-c", started_at=100.0, ended_at=102.5))
+    data = watch.usage_dict()
+    (only,) = data["spans"]
+    assert only["ran"] == [100.0, 102.5, None] and data["computes"]["spot-c"]["max_nodes"] == 4
+    # a wait that got no read at all still reports the attempt, and adds no empty compute description
+    blind = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
+    blind.observe(
+        JobSnapshot(name="j", status="Failed", compute="spot-c", started_at=1.0, ended_at=3.0, instance_count=2)
+    )
+    assert blind.usage_dict()["spans"][0]["ran"] == [1.0, 3.0, 2] and blind.usage_dict()["computes"] == {}
+    merged = cost.merge(data, blind.usage_dict())
+    assert merged["computes"]["spot-c"]["max_nodes"] == 4
+
+
 def test_spot_can_cost_more_than_dedicated_and_says_so() -> None:
     lost = span("r0", [[0, 0, 2, 0, 0, 0, 0]], end=3000)
     kept = span("r1", [[3000, 0, 2, 0, 0, 0, 0]], end=3600)
