@@ -38,7 +38,11 @@ Environment (read by the DAG processor and the workers alike):
   with ``ObjectStoragePath``: a mounted folder (``file:///mnt/blobstore``), or Azure's ADLS Gen2 URI
   ``abfs://container@account.dfs.core.windows.net`` together with ``AZUREML_STORAGE_CONN_ID``, an
   Airflow connection (type ``adls`` or ``wasb``) for that storage account; ``abfs`` needs
-  ``pip install "airflow-azureml[azure-storage]"``. Default: the emulator's local folder.
+  ``pip install "airflow-azureml[azure-storage]"``. Required: without it, ``extract`` fails before it
+  writes anything (a default would put the data on the worker's own disk, where no job reads it).
+- ``AZUREML_RETRY_DELAY_SECONDS``: a failed task's first retry (default 120), doubling to 30 min.
+- ``AZUREML_INFRA_POOL``: the pool of one slot the infrastructure tasks share (default
+  ``azureml_infrastructure``; create it once: docs/azure.md, step 4).
 - ``AZUREML_POLL_SECONDS``: first poll interval of a job's wait (default 30; it backs off to
   ``AZUREML_MAX_POLL_SECONDS``, default 300, never below the first interval).
 - ``AZUREML_RESUBMIT_BACKOFF_SECONDS``: back-off of a loop of preemptions: from the third
