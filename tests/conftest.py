@@ -87,7 +87,37 @@ EXAMPLE_DAG_VARIANTS = (
 SAME_ON_EVERY_AIRFLOW = EMULATOR_ONLY + EXAMPLE_DAG_VARIANTS
 
 
+# Wall seconds of the slowest integration files in a `make test` run (per-test profile, docs/benchmarks.md).
+# pytest-xdist (--dist loadfile --no-loadscope-reorder) hands files to idle workers in collection order: the
+# e2e files first (one a worker), then the long integration files, so that the short ones and the unit tests
+# fill the workers' ends. Alphabetical order started the longest file, test_verdict_ladder.py, last.
+SLOW_FILES = {
+    "test_verdict_ladder.py": 156,
+    "test_exactly_once.py": 140,
+    "test_demo.py": 123,
+    "test_lost_responses.py": 110,
+    "test_spot_fallback.py": 103,
+    "test_emulator_behaviour.py": 88,
+    "test_deferrable.py": 84,
+    "test_example_dag.py": 83,
+    "test_operators.py": 77,
+    "test_verdict_model.py": 67,
+    "test_waits.py": 61,
+    "test_cost_estimate.py": 55,
+    "test_openlineage.py": 44,
+    "test_resources.py": 37,
+}
+
+
+def run_order(item: pytest.Item) -> tuple[int, int]:
+    """e2e, then integration longest first, then unit; a file's own tests keep their order (stable sort)."""
+    path = item.nodeid.split("::")[0]
+    tier = 0 if path.startswith("tests/e2e/") else 1 if path.startswith("tests/integration/") else 2
+    return tier, -SLOW_FILES.get(path.rsplit("/", 1)[-1], 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=run_order)
     for item in items:
         if any(item.nodeid == scope or item.nodeid.startswith(scope + "::") for scope in SAME_ON_EVERY_AIRFLOW):
             item.add_marker(pytest.mark.same_on_every_airflow)
