@@ -21,16 +21,11 @@ from typing import Any
 #: Node states as ``nodeStateCounts`` names them (``<state>NodeCount``); every one is billed (billing.md rule 11).
 STATES = ("preparing", "running", "idle", "leaving", "preempted", "unusable")
 TIERS = ("dedicated", "low_priority")
-_PREEMPTED = STATES.index("preempted")
-_RUNNING = STATES.index("running")
 #: A gap between two waits of one job chain on the same compute (deciding, resubmitting) shorter than this
 #: is bridged (the readings on either side joined): the chain's nodes are still billed then (preempted
 #: nodes wait to be deallocated). A longer gap (a worker crash and a retry delay) is not counted: nothing was observed.
 BRIDGE_MAX = 120.0
 USAGE_VERSION = 1
-#: Run history's clock and this machine's may differ (the same allowance as ``polling.CLOCK_MARGIN``): a read
-#: this close to an attempt's start or end is not taken as one made inside its life (``attempt_floors``).
-CLOCK_MARGIN = 1.0
 
 
 def counts_from_rest(inner: Mapping[str, Any] | None) -> tuple[int, ...] | None:
@@ -59,9 +54,6 @@ class UsageRecorder:
     points: list[list[Any]] = field(default_factory=list)  # [t, preparing, running, idle, leaving, preempted, unusable]
     statuses: list[list[Any]] = field(default_factory=list)  # [t, status] at each change
     end: float | None = None
-    # [start, end, nodes]: when the job ran, as run history recorded it (read for a failed or cancelled job),
-    # and the nodes the job resource names (None: not named). The floor of its node time (``attempt_floors``).
-    ran: list[Any] | None = None
     _last: list[Any] | None = None  # the latest reading (kept as a point when the counts change after it)
 
     def status(self, at: float, job: str | None, status: str | None, compute: str | None) -> None:
@@ -72,28 +64,13 @@ class UsageRecorder:
             self.statuses.append([round(at, 3), status])
         self._extend(at)
 
-    def run_times(self, start: float | None, end: float | None, nodes: int | None) -> None:
-        """The job's run history times (read for a failed or cancelled job) and the nodes its resource names."""
-        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (start, end))
-        if ok and end > start:  # type: ignore[operator]
-            self.ran = [round(float(start), 3), round(float(end), 3), _nodes(nodes)]  # type: ignore[arg-type]
-
     def sample(
-        self,
-        at: float,
-        compute: str,
-        counts: tuple[int, ...],
-        vm_size: str | None,
-        location: str | None,
-        low: bool,
-        max_nodes: int | None = None,
+        self, at: float, compute: str, counts: tuple[int, ...], vm_size: str | None, location: str | None, low: bool
     ) -> None:
         if self.compute not in (None, compute):
             return  # another compute than the job's (the job moved): not this span's
         self.compute = compute
         self.info = {"vm_size": vm_size, "location": location, "tier": "low_priority" if low else "dedicated"}
-        if _nodes(max_nodes) is not None:  # scaleSettings.maxNodeCount: caps the attempts' floors
-            self.info["max_nodes"] = max_nodes
         last = self._last
         if last is not None and at <= last[0]:
             return  # the same shared reading again, or an older one than one already used
@@ -110,24 +87,15 @@ class UsageRecorder:
             self.end = round(max(self.end or at, at), 3)
 
     def to_dict(self) -> dict[str, Any]:
-        """The wait's usage, JSON-serialisable (``merge`` and ``estimate`` read it). A wait that read no
-        node counts still gives its job's run times (``ran``): they bill the attempt without any read."""
-        if (not self.points and self.ran is None) or self.compute is None:
+        """The wait's usage, JSON-serialisable (``merge`` and ``estimate`` read it)."""
+        if not self.points or self.compute is None:
             return empty_usage()
         points = [list(p) for p in self.points]
-        if self._last is not None and points and self._last[0] > points[-1][0]:
+        if self._last is not None and self._last[0] > points[-1][0]:
             points.append(list(self._last))
         span = {"job": self.job, "compute": self.compute, "points": points, "end": self.end}
         span["statuses"] = self.statuses
-        if self.ran is not None:
-            span["ran"] = list(self.ran)
-        computes = {self.compute: dict(self.info)} if self.info else {}
-        return {"v": USAGE_VERSION, "computes": computes, "spans": [span]}
-
-
-def _nodes(value: Any) -> int | None:
-    """A positive node count, else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return {"v": USAGE_VERSION, "computes": {self.compute: dict(self.info)}, "spans": [span]}
 
 
 def empty_usage() -> dict[str, Any]:
@@ -145,27 +113,20 @@ def merge(chain: Any, wait: Any, *, bridge: bool = True) -> dict[str, Any]:
     same compute is bridged to the new span's first reading (``BRIDGE_MAX``); spans themselves never add up twice
     (``integrate`` takes the union of their time)."""
     out, new = _valid(chain), _valid(wait)
-    out["computes"].update({name: info for name, info in new["computes"].items() if info})
+    out["computes"].update(new["computes"])
     spans = [dict(s) for s in out["spans"]]
     for span in new["spans"]:
-        if not span.get("points") and not span.get("ran"):
+        if not span.get("points"):
             continue
-        if bridge and span.get("points"):
-            start = span["points"][0][0]
-            before = [
-                s
-                for s in spans
-                if s.get("compute") == span.get("compute") and s.get("end") is not None and s.get("points")
-            ]
+        start = span["points"][0][0]
+        if bridge:
+            before = [s for s in spans if s.get("compute") == span.get("compute") and s.get("end") is not None]
             if before:
                 last = max(before, key=lambda s: (s["end"], s["points"][0][0]))  # the latest span
                 if 0 <= start - last["end"] <= BRIDGE_MAX:
                     last["end"] = start
-        same = [s for s in spans if s.get("job") == span.get("job") and s.get("points") == span.get("points")]
-        if not same:
+        if not any(s.get("job") == span.get("job") and s.get("points") == span.get("points") for s in spans):
             spans.append(dict(span))  # the same wait delivered twice (a retried event) is kept once
-        elif span.get("ran") and not same[0].get("ran"):
-            same[0]["ran"] = span["ran"]
     out["spans"] = spans
     return out
 
@@ -238,207 +199,6 @@ def integrate(
     return out
 
 
-# ------------------------------------------------- the attempts' own node time
-@dataclass(frozen=True)
-class Floor:
-    """An attempt's node time by its own record: ``nodes`` held from ``start`` to ``end`` (wall-clock)."""
-
-    job: str
-    start: float
-    end: float
-    nodes: int
-    lost: bool
-
-
-def _runs(spans: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, float, int | None]]:
-    """Per job: its run history times and named nodes (the widest record, if waits kept more than one)."""
-    out: dict[str, tuple[float, float, int | None]] = {}
-    for span in spans:
-        ran, job = span.get("ran"), span.get("job")
-        if not isinstance(job, str) or not isinstance(ran, list) or len(ran) != 3:
-            continue
-        start, end, nodes = ran
-        numbers = (start, end)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in numbers):
-            continue
-        if end <= start:
-            continue
-        old = out.get(job)
-        if old is None or end - start > old[1] - old[0]:
-            out[job] = (float(start), float(end), _nodes(nodes))
-    return out
-
-
-def attempt_floors(usage: Any, lost_jobs: Iterable[str] = ()) -> dict[str, list[Floor]]:
-    """Per compute: each attempt's node time by its own record, which no read timing can lose.
-
-    An attempt whose run history times the waits kept (``ran``: a failed or cancelled job) held its nodes
-    from ``startTimeUtc`` to ``endTimeUtc``: the ``instanceCount`` its job resource names, or one when it
-    names none (a Running job holds a node), never more than the cluster's ``maxNodeCount``. The reads
-    refine it. A read inside the attempt's life (``CLOCK_MARGIN`` from either end) that saw fewer
-    non-preempted nodes on the cluster than the attempt's, or the preempted count rise over the read
-    before it (whatever it did before: a falling gauge hides nothing), says the nodes were not all there:
-    the floor ends at the read before that one, and from there the reads alone count. One floor per
-    attempt, each from its own record: floors of different attempts add up (``account``), none hides another.
-    """
-    usage = _valid(usage)
-    lost = set(lost_jobs)
-    by_compute: dict[str, list[Mapping[str, Any]]] = {}
-    for span in usage["spans"]:
-        if isinstance(span, Mapping) and isinstance(span.get("compute"), str):
-            by_compute.setdefault(span["compute"], []).append(span)
-    preempted = 1 + _PREEMPTED
-    out: dict[str, list[Floor]] = {}
-    for compute, spans in by_compute.items():
-        runs = _runs(spans)
-        if not runs:
-            continue
-        cap = _nodes((usage["computes"].get(compute) or {}).get("max_nodes"))
-        points = sorted((p for s in spans for p in s.get("points") or []), key=lambda p: p[0])
-        floors = []
-        for job, (start, end, named) in sorted(runs.items()):
-            nodes = min(named or 1, cap) if cap else named or 1
-            last = start
-            for before, read in itertools.pairwise(points):
-                if not start + CLOCK_MARGIN < read[0] < end - CLOCK_MARGIN:
-                    continue
-                seen = sum(read[1:]) - read[preempted]  # the cluster's nodes not preempted
-                if seen < nodes or read[preempted] > before[preempted]:
-                    last = max(start, before[0])  # its nodes went (or were not yet there) after ``before``
-                    break
-            else:
-                last = end
-            if last > start:
-                floors.append(Floor(job, start, last, nodes, job in lost))
-        out[compute] = floors
-    return out
-
-
-def account(usage: Any, lost_jobs: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
-    """Per compute: node-seconds by state (``seconds``), those of the lost attempts (``lost``, not
-    preempted) and of the rest of the work (``useful``, not preempted): the reads (``integrate``) with
-    the attempts' own node time (``attempt_floors``) under them.
-
-    At each moment the cluster's nodes not preempted are the most of what the reads say (linear between
-    two readings, while a wait looked) and the sum of the floors of the attempts then alive (capped by
-    ``maxNodeCount``); all its nodes the most of the reads' total and that sum, so a floor takes the
-    nodes the reads placed in the ``preempted`` state before it adds any (one node, one state), and what
-    the floors add is ``running``. Of the nodes not preempted, the kept attempts' floors are useful work
-    first, then the lost attempts' floors are lost, and the rest is lost only while nothing but lost
-    attempts' waits looked (as ``integrate(exclude=lost)`` has it). A moment is counted once, however many
-    waits, tasks and attempts saw it: a run's usage gives the run's bill.
-    """
-    usage = _valid(usage)
-    lost = set(lost_jobs)
-    floors = attempt_floors(usage, lost)
-    by_compute: dict[str, list[Mapping[str, Any]]] = {}
-    for span in usage["spans"]:
-        if isinstance(span, Mapping) and isinstance(span.get("compute"), str):
-            by_compute.setdefault(span["compute"], []).append(span)
-    out: dict[str, dict[str, Any]] = {}
-    for compute, spans in by_compute.items():
-        seen = [s for s in spans if s.get("points") and s.get("end") is not None]
-        mine = floors.get(compute) or []
-        if not seen and not mine:
-            continue
-        cap = _nodes((usage["computes"].get(compute) or {}).get("max_nodes"))
-        points = sorted((p for s in seen for p in s["points"]), key=lambda p: p[0])
-        out[compute] = _sweep(
-            points,
-            _union([(s["points"][0][0], s["end"]) for s in seen]),
-            _union([(s["points"][0][0], s["end"]) for s in seen if s.get("job") not in lost]),
-            mine,
-            cap,
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class _Moment:
-    """What holds over one piece of ``_sweep``: who looked, and the floors (nodes) then alive."""
-
-    looked: bool  # some wait looked (the reads count)
-    only_lost_looked: bool  # only lost attempts' waits looked
-    lost: float  # the lost attempts' floors, capped
-    kept: float  # the other attempts' floors, capped
-    both: float  # all floors, capped
-
-
-def _counts_at(points: list[list[Any]], index: int, t: float) -> list[float]:
-    """The reads' counts at ``t`` (``points[index]`` the last reading at or before it): linear to the next."""
-    here = points[index]
-    if index + 1 >= len(points) or points[index + 1][0] <= here[0]:
-        return [float(v) for v in here[1:]]
-    there = points[index + 1]
-    w = (t - here[0]) / (there[0] - here[0])
-    return [h + (x - h) * w for h, x in zip(here[1:], there[1:], strict=True)]
-
-
-def _split(counts: list[float], m: _Moment) -> list[float]:
-    """Node counts by state with the floors under them, then the lost and the useful nodes (not preempted)."""
-    not_preempted = sum(counts) - counts[_PREEMPTED]
-    nodes = max(not_preempted, m.both)  # not preempted
-    everything = max(sum(counts), m.both)  # a floor takes the nodes the reads put in ``preempted`` first
-    lost = min(nodes - m.kept, max(m.lost, not_preempted if m.only_lost_looked else 0.0))
-    out = list(counts)
-    out[_RUNNING] += nodes - not_preempted
-    out[_PREEMPTED] = everything - nodes
-    return [*out, lost, nodes - lost]
-
-
-def _sweep(
-    points: list[list[Any]],
-    windows: list[tuple[float, float]],
-    kept_windows: list[tuple[float, float]],
-    floors: list[Floor],
-    cap: int | None,
-) -> dict[str, Any]:
-    """``account`` for one compute: cut time where any term bends, so the trapezoid is exact on each piece."""
-    times = [p[0] for p in points]
-    events: dict[float, list[float]] = {}  # time -> [Δ looked, Δ kept looked, Δ lost floor, Δ kept floor]
-    changes = [(windows, 0), (kept_windows, 1)]
-    for spans, i in changes:
-        for a, b in spans:
-            events.setdefault(a, [0.0] * 4)[i] += 1
-            events.setdefault(b, [0.0] * 4)[i] -= 1
-    for f in floors:
-        i = 2 if f.lost else 3
-        events.setdefault(f.start, [0.0] * 4)[i] += f.nodes
-        events.setdefault(f.end, [0.0] * 4)[i] -= f.nodes
-    seconds = dict.fromkeys(STATES, 0.0)
-    lost = useful = 0.0
-    state = [0.0] * 4
-
-    def capped(n: float) -> float:
-        return max(0.0, n if cap is None else min(cap, n))
-
-    for a, b in itertools.pairwise(sorted(set(events) | set(times))):
-        state = [x + d for x, d in zip(state, events.get(a, [0.0] * 4), strict=True)]
-        index = bisect.bisect_right(times, a) - 1
-        looked = state[0] > 0.5 and index >= 0
-        m = _Moment(looked, looked and state[1] < 0.5, capped(state[2]), capped(state[3]), capped(state[2] + state[3]))
-        if not looked and m.both <= 0:
-            continue
-
-        def counts(t: float, index: int = index, looked: bool = looked) -> list[float]:
-            return _counts_at(points, index, t) if looked else [0.0] * len(STATES)
-
-        # the terms bend where the reads' nodes (not preempted, or all) cross a floor's level: cut there
-        cuts = {a, b}
-        ca, cb = counts(a), counts(b)
-        levels = {m.both, m.lost, m.kept, m.both - m.kept, m.lost + m.kept}
-        for fa, fb in ((sum(ca) - ca[_PREEMPTED], sum(cb) - cb[_PREEMPTED]), (sum(ca), sum(cb))):
-            if fb != fa:
-                cuts.update(t for t in (a + (lv - fa) * (b - a) / (fb - fa) for lv in levels) if a < t < b)
-        for u, v in itertools.pairwise(sorted(cuts)):
-            piece = [(x + y) / 2 * (v - u) for x, y in zip(_split(counts(u), m), _split(counts(v), m), strict=True)]
-            for i, st in enumerate(STATES):
-                seconds[st] += piece[i]
-            lost += piece[-2]
-            useful += piece[-1]
-    return {"seconds": seconds, "lost": lost, "useful": useful}
-
-
 # --------------------------------------------------------------- the estimate
 def estimate(
     usage: Any,
@@ -453,8 +213,8 @@ def estimate(
     equivalent). Definitions: docs/cost.md."""
     usage = _valid(usage)
     lost = set(lost_jobs)
-    accounts = account(usage, lost)
-    total = {name: entry["seconds"] for name, entry in accounts.items()}
+    total = integrate(usage)
+    useful = integrate(usage, exclude=lost)
     computes: dict[str, Any] = {}
     hours_by_tier = dict.fromkeys(TIERS, 0.0)
     cost: float | None = 0.0
@@ -469,7 +229,8 @@ def estimate(
         dedicated_rate = price.get("dedicated")
         node_seconds = sum(seconds.values())
         # the work's node time without the lost attempts and without evicted nodes waiting to go
-        eq_seconds = accounts[name]["useful"]
+        kept = useful.get(name, {})
+        eq_seconds = sum(v for s, v in kept.items() if s != "preempted")
         entry_cost = None if rate is None else node_seconds * rate / 3600.0
         computes[name] = {
             "vm_size": info.get("vm_size"),
@@ -493,7 +254,9 @@ def estimate(
             else:
                 equivalent_cost += eq_seconds * (dedicated_rate or 0.0) / 3600.0
     evicted = sum(s.get("preempted", 0.0) for s in total.values()) / 3600.0
-    lost_seconds = sum(entry["lost"] for entry in accounts.values())
+    lost_seconds = sum(sum(v for st, v in s.items() if st != "preempted") for s in total.values()) - sum(
+        sum(v for st, v in s.items() if st != "preempted") for s in useful.values()
+    )
     savings = None if cost is None or equivalent_cost is None else equivalent_cost - cost
     if savings is None:
         pct = None

@@ -128,8 +128,6 @@ class JobWatch:
         self.last_compute = snapshot.compute
         self.terminal = snapshot.terminal
         self.usage.status(_wall(now), snapshot.name, snapshot.status, snapshot.compute)
-        if snapshot.terminal:  # run history's times: the attempt's node time, whether or not a read saw it
-            self.usage.run_times(snapshot.started_at, snapshot.ended_at, snapshot.instance_count)
         self._settle(snapshot, now)
         self._last_poll = now
         if snapshot.status == GAUGE_STATE:
@@ -309,13 +307,7 @@ class JobWatch:
         if reading is None or reading.counts is None or reading.at is None:
             return
         self.usage.sample(
-            reading.at,
-            reading.compute,
-            reading.counts,
-            reading.vm_size,
-            reading.location,
-            reading.low_priority,
-            reading.max_nodes,
+            reading.at, reading.compute, reading.counts, reading.vm_size, reading.location, reading.low_priority
         )
 
     def usage_dict(self) -> dict[str, Any]:
@@ -354,7 +346,6 @@ class GaugeReading:
     at: float | None = field(default=None, compare=False)
     vm_size: str | None = field(default=None, compare=False)
     location: str | None = field(default=None, compare=False)
-    max_nodes: int | None = field(default=None, compare=False)  # scaleSettings.maxNodeCount
 
     @property
     def whole_cluster_preempted(self) -> bool:
@@ -373,7 +364,6 @@ class GaugeReading:
         current = inner.get("currentNodeCount")
         nodes = current if isinstance(current, int) and not isinstance(current, bool) else None
         size = inner.get("vmSize")
-        most = (inner.get("scaleSettings") or {}).get("maxNodeCount")
         return cls(
             compute,
             low,
@@ -384,7 +374,6 @@ class GaugeReading:
             at=(_wall(taken) + time.time()) / 2,  # the service read its state between the request and the answer
             vm_size=str(size) if size else None,
             location=str(arm_compute.get("location") or "") or None,
-            max_nodes=most if isinstance(most, int) and not isinstance(most, bool) and most > 0 else None,
         )
 
 

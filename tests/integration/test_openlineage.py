@@ -189,11 +189,6 @@ def test_invoke_lineage_on_failure_counts_the_preemptions(chain_env: Emulator, t
         bill = facet["cost"]
         assert bill["currency"] == "USD" and bill["cost"] > 0 and bill["nodeHours"] > 0
         assert bill["evictedNodeHours"] > 0 and bill["lostNodeHours"] > 0
-        # each attempt's own run time (run history's start to end) on the node a Running job holds at least
-        # (the batch job resource names no count): lost whenever the reads landed (docs/cost.md, the bill rule)
-        ran = [emulator.job(name) for name in facet["jobNames"]]
-        own = sum((job.ended - job.started).total_seconds() for job in ran if job.started and job.ended)
-        assert own > 0 and bill["lostNodeHours"] >= own / 3600 * (1 - 1e-9), (bill, own)
         assert bill["dedicatedEquivalentCost"] == 0 and bill["savings"] == -bill["cost"]
     assert not task_events(events, "score_partition", "COMPLETE")
 
