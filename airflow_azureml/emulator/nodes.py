@@ -79,8 +79,9 @@ class NodePool:
                 self._lose_capacity(compute, jobs, "canceled")
         return len(victims)
 
-    def _evict(self, compute: Compute, node: Node) -> None:
-        """One node taken back: counted in preemptedNodeCount until it is deallocated (a gauge)."""
+    def _evict(self, compute: Compute, node: Node, *, hold: bool = False) -> None:
+        """One node taken back: counted in preemptedNodeCount until it is deallocated (a gauge); with
+        ``hold`` (a test control) not before ``end_held_preemption``."""
         if node not in compute.nodes or node.state == "preempted":
             return
         compute.preempted_node_count += 1
@@ -93,7 +94,8 @@ class NodePool:
             return
         self._billed(compute)
         node.preempted_at = asyncio.get_running_loop().time()
-        self._spawn(self._deallocate(compute, node, self.behaviour.preempted_node_release_seconds))
+        if not hold:
+            self._spawn(self._deallocate(compute, node, self.behaviour.preempted_node_release_seconds))
 
     async def _deallocate(self, compute: Compute, node: Node, after: float) -> None:
         await asyncio.sleep(after)
@@ -102,21 +104,28 @@ class NodePool:
             compute.modified = utcnow()
             self._billed(compute)
 
-    def preempt_cluster(self, cluster: str, form: str = "canceled", *, hold_end: bool = False) -> list[str]:
+    def preempt_cluster(
+        self, cluster: str, form: str = "canceled", *, hold_end: bool = False, hold_nodes: bool = False
+    ) -> list[str]:
         """Preempt every node; running jobs end as Canceled (lost capacity) or Failed (PreemptionError).
 
         ``hold_end`` is a test control, not an Azure behaviour: the jobs that lost their capacity stay as they
         were (capacity gone) until ``end_held_preemption``, so a test decides how long the service takes to
-        end them, e.g. until the waits have read the gauge up, however loaded the machine is.
+        end them, e.g. until the waits have read the gauge up, however loaded the machine is. ``hold_nodes``
+        (with ``hold_end``) keeps the evicted nodes in the gauge until then too: their deallocation
+        (``preempted_node_release_seconds``) starts when the jobs end.
         """
         if form not in ("canceled", "failed"):
             raise EmulatorError(400, "BadRequest", "form must be 'canceled' or 'failed'")
+        if hold_nodes and not hold_end:
+            raise EmulatorError(400, "BadRequest", "hold_nodes needs hold_end")
         compute = self._cluster(cluster)
         # The jobs that lose capacity are those that held nodes (seeds 000/001: the job running on a
         # wholly preempted cluster is cancelled); a job still queued for nodes keeps waiting.
         holders = {n.job_name for n in compute.nodes if n.job_name and n.state != "preempted"}
-        for node in list(compute.nodes):
-            self._evict(compute, node)
+        evicted = [n for n in compute.nodes if n.state != "preempted"]
+        for node in evicted:
+            self._evict(compute, node, hold=hold_nodes)
         jobs = {
             j.name
             for j in self.jobs.values()
@@ -126,6 +135,7 @@ class NodePool:
             if cluster in self.held_preemptions:
                 raise EmulatorError(409, "Conflict", f"a held preemption of {cluster!r} has not ended yet")
             self.held_preemptions[cluster] = (compute.capacity_override, jobs, form)
+            self.held_nodes[cluster] = evicted if hold_nodes else []
             compute.capacity_override = 0  # no replacement node before the jobs end
             return sorted(jobs)
         delay = self.behaviour.capacity_cancel_after_seconds
@@ -144,6 +154,8 @@ class NodePool:
             return self._lose_capacity(compute, jobs, form)
         finally:
             compute.capacity_override = before
+            for node in self.held_nodes.pop(cluster, []):
+                self._spawn(self._deallocate(compute, node, self.behaviour.preempted_node_release_seconds))
 
     async def _lose_capacity_later(self, compute: Compute, job_names: set[str], form: str, delay: float) -> None:
         # The spot capacity is gone while the service waits to get it back: no replacement node

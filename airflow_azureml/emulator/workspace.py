@@ -74,6 +74,7 @@ class Workspace(
         self.held_clusters: set[str] = set()
         self.released_jobs: set[str] = set()
         self.held_preemptions: dict[str, tuple[int | None, set[str], str]] = {}  # see preempt_cluster
+        self.held_nodes: dict[str, list[Any]] = {}  # evicted nodes kept in the gauge: preempt_cluster(hold_nodes)
         self.behaviour = Behaviour()
         self.prices = PriceBook()
         self.billing = Ledger(self.prices)  # the emulator's own bill (control API only), fed by _billed()

@@ -158,6 +158,31 @@ def gauge_read_while_running(emulator: Emulator, job: Any) -> bool:
     return bool(seen) and compute_reads_since(emulator, seen[0]) >= 1
 
 
+def gauge_read_twice_since(emulator: Emulator, name: str, since: float) -> bool:
+    """Two rounds of a read of job ``name`` (its GET, or a LIST) then a read of the cluster, after ``since``.
+
+    One round may not be the wait's own sample: it may have used a shared reading taken before it saw the
+    job Running (and rejected it), or the compute read may have been another wait's. The second round
+    leaves no such doubt."""
+    rounds, want_job = 0, True
+    for r in emulator.requests():
+        if r["t"] <= since or r["method"] != "GET":
+            continue
+        if want_job and r["path"].endswith((f"/jobs/{name}", "/jobs")):
+            want_job = False
+        elif not want_job and r["path"].endswith(f"/computes/{CLUSTER}"):
+            rounds, want_job = rounds + 1, True
+    return rounds >= 2
+
+
+def every_running_job_sampled(emulator: Emulator, _job: Any) -> bool:
+    """Each Running job on the cluster has been read, and the gauge after it, twice since it started: a
+    whole-cluster preemption then strikes no attempt whose nodes its wait never sampled (such an attempt
+    bills 0 lost node-hours, as the bill comes from the reads: docs/cost.md)."""
+    running = [j for j in emulator.jobs() if j.compute == CLUSTER and j.status == "Running" and j.started]
+    return all(gauge_read_twice_since(emulator, j.name, j.started.timestamp()) for j in running)
+
+
 def when_sampled(
     emulator: Emulator,
     action: Callable[[Emulator, str], object],

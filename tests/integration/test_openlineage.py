@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from airflow_azureml.emulator import Emulator
 from airflow_azureml.hooks import AzureMLHook
 from tests import conftest
 from tests.helpers import when_running
+from tests.integration.test_exactly_once import every_running_job_sampled, gauge_read_twice_since
 
 INTERVAL = pendulum.datetime(2026, 11, 21, tz="UTC")
 # The emulator's workspaceblobstore: an AzureBlob datastore, account "emulatorstore", container = its name.
@@ -111,7 +113,8 @@ def test_invoke_and_command_job_lineage_on_complete(chain_env: Emulator, tmp_pat
 
     chain = ["example_asset_etl", "example_asset_scoring", "example_asset_report"]
     # the chain is three `airflow dags test` processes: on a busy machine its scoring job runs minutes in
-    with when_running(emulator, preempt_once, timeout=900):
+    # only once every running attempt's wait has read the gauge: the bill's figures come from those reads
+    with when_running(emulator, preempt_once, timeout=900, ready=every_running_job_sampled):
         events, out = run_chain(tmp_path, chain)
     assert states(out) == dict.fromkeys(chain, "success"), out[-3000:]
     assert preempted, "no job was preempted"
@@ -170,9 +173,22 @@ def test_invoke_lineage_on_failure_counts_the_preemptions(chain_env: Emulator, t
     preempted: list[str] = []
 
     def preempt_every_job(emu: Emulator, _job: str) -> None:
-        preempted.extend(emu.preempt_cluster("low-pri-cluster", form="failed"))
+        # The nodes go at once; the service fails the jobs (PreemptionError) a while later: here once each
+        # job's wait has read the evicted nodes twice over, however loaded the machine. The bill's evicted
+        # and lost node-hours come from those reads (docs/cost.md), so the test waits for them, not on luck.
+        at = time.time()
+        lost = emu.call(
+            lambda: emu.workspace.preempt_cluster("low-pri-cluster", "failed", hold_end=True, hold_nodes=True)
+        )
+        preempted.extend(lost)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(gauge_read_twice_since(emu, j, at) for j in lost):
+            time.sleep(0.05)
+        emu.call(lambda: emu.workspace.end_held_preemption("low-pri-cluster"))
 
-    with when_running(emulator, preempt_every_job, times=100, timeout=900):
+    # each attempt preempted only once every running attempt's wait has read the gauge (its lost node-hours
+    # come from those reads; an attempt preempted before any read bills none: docs/cost.md)
+    with when_running(emulator, preempt_every_job, times=100, timeout=900, ready=every_running_job_sampled):
         events, out = run_chain(tmp_path, ["example_asset_etl", "example_asset_scoring"])
     assert states(out) == {"example_asset_etl": "success", "example_asset_scoring": "failed"}, out[-3000:]
     failures = task_events(events, "score_partition", "FAIL")
