@@ -43,8 +43,12 @@ reliability: $(STAMP)
 
 # The docs site (Sphinx, warnings are errors) into the git-ignored docs/_build/html; autodoc imports
 # Airflow, whose home is kept inside docs/_build too. Open docs/_build/html/index.html afterwards.
+# First scripts/check_doc_links.py: every relative link and #anchor of README.md and docs/**/*.md
+# must resolve (MyST's -W build checks the docs pages' own, not README.md's); external links are
+# listed, not fetched.
 docs: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,docs]"
+	$(PY) scripts/check_doc_links.py
 	rm -rf docs/_build
 	AIRFLOW_HOME="$(CURDIR)/docs/_build/airflow-home" $(PY) -m sphinx -W --keep-going -q -b html -d docs/_build/doctrees docs docs/_build/html
 	@echo "docs: built docs/_build/html/index.html (serve it: $(PY) -m http.server -d docs/_build/html)"
