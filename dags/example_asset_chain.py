@@ -6,8 +6,11 @@
 2. ``example_asset_scoring`` is scheduled on that Asset. It scores each partition with a mapped invoke
    task whose outputs are rendered at run time, so they are emitted through the ``AssetAlias``
    ``azureml-scored-partitions``: one Asset per scored partition folder.
-3. ``example_asset_report`` is scheduled on the alias: it summarises the scored partitions in an
-   Azure ML command job whose inputs are those folders, and counts the rows scored.
+   Once every partition scored, ``announce_interval`` emits one event of ``SCORED_INTERVAL`` that
+   lists them: mapped tasks end one by one, and a consumer scheduled on the alias would run on the
+   first partition alone.
+3. ``example_asset_report`` is scheduled on ``SCORED_INTERVAL``: it summarises the interval's scored
+   partitions in an Azure ML command job whose inputs are those folders, and counts the rows scored.
 
 The same file runs against Azure and the emulator: see ``low_priority_batch_scoring.py`` for the
 connection and ``AZUREML_DATASTORE_ROOT``.
@@ -46,6 +49,7 @@ INFRA_POOL = os.environ.get("AZUREML_INFRA_POOL", "azureml_infrastructure")
 # [START howto_assets_uris]
 RECORDS = Asset(datastore_uri(example_partitions.DATASTORE, f"{PREFIX}/input"))
 SCORED = AssetAlias("azureml-scored-partitions")
+SCORED_INTERVAL = Asset(datastore_uri(example_partitions.DATASTORE, f"{PREFIX}/output"))
 # [END howto_assets_uris]
 
 
@@ -132,24 +136,32 @@ with DAG(
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         outlets=[SCORED],  # one asset event per rendered output, emitted when the job completed
         map_index_template="{{ task.job_identity }}",
-    ).expand_kwargs(plan())
+    ).expand_kwargs(planned := plan())
     # [END howto_assets_invoke_outlets]
-    create_cluster >> create_deployment >> score
+
+    @task(outlets=[SCORED_INTERVAL])  # all_success: never on part of an interval
+    def announce_interval(planned: list[dict[str, Any]], outlet_events: Any = None) -> list[str]:
+        """One event for the whole interval, once every partition's job completed: what consumers schedule on."""
+        outputs = sorted(kwargs["outputs"]["score"].rstrip("/") for kwargs in planned)
+        outlet_events[SCORED_INTERVAL].extra = {"outputs": outputs}
+        return outputs
+
+    create_cluster >> create_deployment >> score >> announce_interval(planned)
 
 
 with DAG(
     dag_id="example_asset_report",
-    schedule=[SCORED],
+    schedule=[SCORED_INTERVAL],
     start_date=START,
     catchup=False,
     tags=["azureml", "assets", "example"],
     doc_md=__doc__,
 ) as report_dag:
 
-    @task(inlets=[SCORED])
+    @task(inlets=[SCORED_INTERVAL])
     def scored_partitions(**context: Any) -> dict[str, str]:
-        """The scored partition folders, as command-job inputs (``part_000``: ``azureml://...``)."""
-        uris = sorted({event.asset.uri for event in _events(context, SCORED, True)})
+        """The interval's scored partition folders, as command-job inputs (``part_000``: ``azureml://...``)."""
+        uris = sorted({uri for event in _events(context, SCORED_INTERVAL, False) for uri in event.extra["outputs"]})
         return {f"part_{i:03d}": uri for i, uri in enumerate(uris)}
 
     partitions = scored_partitions()

@@ -16,6 +16,7 @@ from tests.conftest import load_dag, task_states, xcom_value
 INTERVAL = pendulum.datetime(2026, 11, 20, tz="UTC")
 CHAIN = ("example_asset_etl", "example_asset_scoring", "example_asset_report")
 RECORDS_URI = "azureml://datastores/workspaceblobstore/paths/assets/input"
+SCORED_INTERVAL_URI = "azureml://datastores/workspaceblobstore/paths/assets/output"
 
 
 def test_provider_registers_the_azureml_scheme() -> None:
@@ -145,7 +146,8 @@ def test_etl_scoring_report_chain_on_assets(chain_env: Emulator) -> None:
 
     scoring = load_dag("example_asset_chain.py", "example_asset_scoring").test(logical_date=INTERVAL)
     assert str(scoring.state) == "success", task_states(scoring)
-    scored = asset_events(scoring)
+    events = asset_events(scoring)
+    scored = [e for e in events if e["task"] == "score_partition"]
     interval = records["extra"]["interval"]
     outputs = [f"azureml://datastores/workspaceblobstore/paths/assets/output/{interval}/part-{k:03d}" for k in (0, 1)]
     assert [e["uri"] for e in scored] == outputs  # the outputs rendered at run time, one event per mapped task
@@ -155,7 +157,10 @@ def test_etl_scoring_report_chain_on_assets(chain_env: Emulator) -> None:
         assert event["aliases"] == ["azureml-scored-partitions"]
         assert event["extra"]["job_name"] == result["job_name"] and event["extra"]["output"] == "score"
         assert event["extra"]["job_names"] == result["job_names"]
-    assert queued_for("example_asset_report") == outputs  # the report DAG is scheduled on the alias
+    # one event for the whole interval, after every partition: the report DAG's only trigger
+    (whole,) = [e for e in events if e["task"] == "announce_interval"]
+    assert whole["uri"] == SCORED_INTERVAL_URI and whole["extra"] == {"outputs": outputs}
+    assert queued_for("example_asset_report") == [SCORED_INTERVAL_URI]
     jobs = len(emulator.jobs())
     assert jobs == 2
 
@@ -166,6 +171,28 @@ def test_etl_scoring_report_chain_on_assets(chain_env: Emulator) -> None:
     command = emulator.job(xcom_value(report, "summarize_predictions")["job_name"])
     assert command is not None and command.status == "Completed"
     assert sorted(i["uri"].rstrip("/") for i in command.submitted["inputs"].values()) == outputs
+
+
+def test_the_report_never_runs_on_part_of_an_interval(chain_env: Emulator) -> None:
+    """One partition scored, the other failed (preempted past its budget): the scored one has its event,
+    but the interval is not announced, so nothing queues the report DAG."""
+    from tests.helpers import when_running
+
+    emulator = chain_env
+    etl = load_dag("example_asset_chain.py", "example_asset_etl").test(logical_date=INTERVAL)
+    assert str(etl.state) == "success", task_states(etl)
+
+    def preempt(emu: Emulator, _job: str) -> None:  # dag.test() runs the mapped tasks one after the other
+        emu.preempt_cluster("low-pri-cluster", form="failed")
+
+    with when_running(emulator, preempt, times=4, timeout=600):  # partition 0: its job and 3 resubmissions
+        scoring = load_dag("example_asset_chain.py", "example_asset_scoring").test(logical_date=INTERVAL)
+    states = task_states(scoring)
+    assert str(scoring.state) == "failed" and states["announce_interval"] == "upstream_failed", states
+    events = asset_events(scoring)
+    assert [e["map_index"] for e in events if e["task"] == "score_partition"] == [1]
+    assert [e for e in events if e["task"] == "announce_interval"] == []
+    assert queued_for("example_asset_report") == []
 
 
 def test_outputs_become_events_of_alias_and_matching_asset_outlets() -> None:
@@ -227,7 +254,7 @@ def test_chain_from_a_manual_etl_run_without_a_logical_date(chain_env: Emulator)
     assert str(scoring.state) == "success", task_states(scoring)
     scored = "azureml://datastores/workspaceblobstore/paths/assets/output/20261203T0905"
     outputs = [f"{scored}/part-{k:03d}" for k in (0, 1)]
-    assert [e["uri"] for e in asset_events(scoring)] == outputs
+    assert [e["uri"] for e in asset_events(scoring) if e["task"] == "score_partition"] == outputs
     report = load_dag("example_asset_chain.py", "example_asset_report").test(logical_date=None)
     assert str(report.state) == "success", task_states(report)
     assert xcom_value(report, "count_rows")["rows_scored"] == 2 * 2 * 10
