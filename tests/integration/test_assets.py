@@ -185,12 +185,13 @@ def test_the_report_never_runs_on_part_of_an_interval(chain_env: Emulator) -> No
     def preempt(emu: Emulator, _job: str) -> None:  # dag.test() runs the mapped tasks one after the other
         emu.preempt_cluster("low-pri-cluster", form="failed")
 
-    with when_running(emulator, preempt, times=4, timeout=600):  # partition 0: its job and 3 resubmissions
+    # the first partition dag.test() runs (the order differs between Airflow versions): its job and 3 resubmissions
+    with when_running(emulator, preempt, times=4, timeout=600):
         scoring = load_dag("example_asset_chain.py", "example_asset_scoring").test(logical_date=INTERVAL)
     states = task_states(scoring)
     assert str(scoring.state) == "failed" and states["announce_interval"] == "upstream_failed", states
     events = asset_events(scoring)
-    assert [e["map_index"] for e in events if e["task"] == "score_partition"] == [1]
+    assert len([e for e in events if e["task"] == "score_partition"]) == 1  # the other partition scored
     assert [e for e in events if e["task"] == "announce_interval"] == []
     assert queued_for("example_asset_report") == []
 

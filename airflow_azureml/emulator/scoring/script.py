@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import selectors
 import subprocess
 import sys
 import threading
@@ -94,7 +94,11 @@ class ScriptScorer:
         """The process's next answer; its death or silence past ``timeout`` ends it (raised)."""
         process = self._process
         assert process is not None and process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], timeout)
+        # a selector, not select.select(): that refuses a descriptor above 1023 ("filedescriptor out of
+        # range in select()"), which a long-lived process running many emulators reaches
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            ready = selector.select(timeout)
         if not ready:
             self._stop()
             raise ScoringScriptError(f"TimeoutError: the mini-batch took longer than {timeout:g} s")
