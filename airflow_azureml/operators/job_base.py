@@ -391,19 +391,23 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             snapshot = self.hook.job_snapshot(name)  # check before deferring
             if snapshot is not None:  # the compute's nodes now: the triggerer's first read may be seconds away
                 self._add_usage(context, state, self.hook.usage_sample(snapshot, self.polling.interval))
-            if snapshot is not None and snapshot.terminal:
-                return snapshot, None
-            if snapshot is not None:
-                self._on_status(snapshot)
-            state.deferred_on = name  # a clear while deferred: the next try cancels this job (first_sight)
-            self._remember(context, state)
-            from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's trigger base: not at DAG parse
+            if snapshot is None or not snapshot.terminal:
+                if snapshot is not None:
+                    self._on_status(snapshot)
+                state.deferred_on = name  # a clear while deferred: the next try cancels this job (first_sight)
+                self._remember(context, state)
+                from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's base: not at DAG parse
 
-            self.defer(
-                trigger=AzureMLJobTrigger(job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling),
-                method_name="execute_complete",
-                timeout=self.execution_timeout,
-            )
+                self.defer(
+                    trigger=AzureMLJobTrigger(
+                        job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling
+                    ),
+                    method_name="execute_complete",
+                    timeout=self.execution_timeout,
+                )
+            # Ended already (a preemption Azure cancels at once can end a job before this check): the wait
+            # below returns at its first poll, with the read of the cluster just after the end that tells a
+            # preemption from a person's cancel. Returning without it judged such a preemption a person's.
         while True:
             try:  # the wait samples the compute's preemption gauge while the job runs: the evidence
                 snapshot, gauge, usage = self.hook.wait_for_job_evidence(

@@ -191,6 +191,36 @@ def test_a_preemption_azure_cancels_at_once_is_seen_just_after_the_end(
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_a_preemption_that_ends_the_job_before_its_wait_begins_is_read_at_the_end(
+    workspace: Emulator,
+    run_case,
+    deferrable: bool,
+) -> None:
+    """The invoke's answer arrives only after Azure has cancelled the preempted job, so the look that comes
+    before deferring (or the sync wait's first poll) already finds it Canceled: the read of the cluster just
+    after the end must still be taken. (Seen failing first, deferred: the look returned with no read and the
+    preemption was judged a person's cancel; a loaded machine made the same happen by chance.)"""
+    workspace.set_behaviour(capacity_cancel_after_seconds=0, preempted_node_release_seconds=30)
+    workspace.add_fault(kind="latency", seconds=4, when="after", route="invoke")  # the job runs meanwhile
+    stamps: list[float] = []
+
+    def preempt_and_stamp(emulator: Emulator, job: str) -> None:
+        preempt_now(emulator, job)
+        stamps.append(time.time())
+
+    case = {"deferrable": deferrable, "evidence_wait": 1, "polling": {"interval": 0.5, "max_interval": 0.5}}
+    with when_sampled(workspace, preempt_and_stamp, sampled=False) as preempted:
+        run, failures = run_case(case)
+    (invoke,) = [e for e in workspace.requests() if e["method"] == "POST" and e.get("fault", "").startswith("latency")]
+    answered = invoke["t"] + invoke["ms"] / 1000
+    # the condition this test is about; a machine too slow to run the job within the latency proves nothing
+    assert stamps and stamps[0] < answered, "the job was not yet cancelled when the invoke answered"
+    assert str(run.state) == "success", failures
+    assert len(preempted) == 1 and xcom_value(run, "invoke")["preemptions"] == 1
+    assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
 def test_a_preemption_between_two_polls_is_seen_at_the_evidence_cadence(
     workspace: Emulator,
     run_case,
