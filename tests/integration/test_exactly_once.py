@@ -22,7 +22,7 @@ import pytest
 from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
-from tests.helpers import PREEMPTION_WINDOW, when_running
+from tests.helpers import PREEMPTION_WINDOW, read_twice_since, when_running
 from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
 
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
@@ -161,20 +161,8 @@ def gauge_read_while_running(emulator: Emulator, job: Any) -> bool:
 
 
 def gauge_read_twice_since(emulator: Emulator, name: str, since: float) -> bool:
-    """Two rounds of a read of job ``name`` (its GET, or a LIST) then a read of the cluster, after ``since``.
-
-    One round may not be the wait's own sample: it may have used a shared reading taken before it saw the
-    job Running (and rejected it), or the compute read may have been another wait's. The second round
-    leaves no such doubt."""
-    rounds, want_job = 0, True
-    for r in emulator.requests():
-        if r["t"] <= since or r["method"] != "GET":
-            continue
-        if want_job and r["path"].endswith((f"/jobs/{name}", "/jobs")):
-            want_job = False
-        elif not want_job and r["path"].endswith(f"/computes/{CLUSTER}"):
-            rounds, want_job = rounds + 1, True
-    return rounds >= 2
+    """The wait of job ``name`` read it, then the cluster, twice over since ``since`` (``read_twice_since``)."""
+    return read_twice_since(emulator.requests(), name, CLUSTER, since)
 
 
 def every_running_job_sampled(emulator: Emulator, _job: Any) -> bool:
