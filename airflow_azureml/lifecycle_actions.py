@@ -174,7 +174,7 @@ def _copy(state: ResubmissionState) -> ResubmissionState:
 
 
 class Steps:
-    """A decision being built: the state as it will be, and actions whose ``Remember``s carry the changes."""
+    """A decision being built: the state as it will be, and actions whose ``Remember`` actions carry the changes."""
 
     def __init__(self, state: ResubmissionState) -> None:
         self.state = _copy(state)
