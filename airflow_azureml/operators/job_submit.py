@@ -3,7 +3,7 @@
 The task state (``task_state_store``) and the unit journal (``unit_journal``, a blob that outlives the
 task state) both say ``submitting`` before the request goes out and name the job once the answer is back,
 so a try after a crash looks for that submit's job (``JobChain.of_unfinished_submit``) before sending
-another. A collaborator of ``operators/job_base.py``, which decides nothing here: ``lifecycle`` said submit.
+another. A collaborator of ``operators/job_actions.py``; it decides nothing (``lifecycle`` said submit).
 """
 
 from __future__ import annotations
