@@ -118,10 +118,13 @@ def on_end(
     *,
     watched: bool,
     now: float | None = None,
+    superseded: str | None = None,
 ) -> Decision:
     """A terminal job becomes the task's result, its error, or the next job of the chain.
 
-    ``watched``: this try waited for the job (else an earlier try or another run did).
+    ``watched``: this try waited for the job (else an earlier try or another run did). ``superseded``: why a
+    completed job that this try did not watch is no longer the work's result (its deployment now runs
+    another model, code or environment): the work runs again.
     """
     outcome = found.outcome
     weak = outcome is Outcome.PREEMPTED and found.witness == "gauge_near_end"
@@ -134,6 +137,10 @@ def on_end(
     state = steps.state
     if outcome is Outcome.SUCCEEDED:
         # this try saw it run: what it took, and that spot let it finish; else only its running entry closes
+        if superseded is not None and not watched:
+            message = f"Job {job} completed, but {superseded}: submitting the next job of the chain to run it again."
+            steps.add(Record(job, "ended"), Log(logging.INFO, message), Submit())
+            return steps.done()
         steps.add(Record(job, "completed" if watched else "ended"), Finish(job))
         return steps.done()
     steps.add(Record(job, "ended"))  # whatever ended it, it no longer runs on the cluster; before any change

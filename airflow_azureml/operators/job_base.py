@@ -25,7 +25,7 @@ from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.operators.job_chain import JobChain
 from airflow_azureml.operators.job_settings import check_count as check_count  # re-exported: importable from here
 from airflow_azureml.operators.job_spot import SpotCluster
-from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot
+from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, Outcome
 
 if TYPE_CHECKING:
     from airflow_azureml.unit_journal import UnitJournal
@@ -108,6 +108,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         return (``JobChain.carried``). False: the job kind keeps its requested name (a command job's PUT).
         """
         return False
+
+    def superseded_by(self, snapshot: JobSnapshot) -> str | None:
+        """Asked of a unit's completed job that an earlier try or another DAG run saw end: why its result is
+        no longer this work's (what runs it changed since), or None to reuse it."""
+        return None
 
     def fallback_target(self) -> str | None:
         """Where the work goes when spot does not pay (a deployment for batch, a compute for command jobs)."""
@@ -316,7 +321,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._apply(context, state, decision)
         if not judged_before:
             job_report.report_verdict(context, snapshot, verdict, self.log)
-        decision = lifecycle.on_end(state, snapshot.name, verdict, self._limits(), watched=watched, now=time.time())
+        superseded = self.superseded_by(snapshot) if verdict.outcome is Outcome.SUCCEEDED and not watched else None
+        decision = lifecycle.on_end(
+            state, snapshot.name, verdict, self._limits(), watched=watched, now=time.time(), superseded=superseded
+        )
         return self._apply(context, state, decision, snapshot, verdict)
 
     def _wait_current(self, context: Any, state: ResubmissionState) -> tuple[JobSnapshot, GaugeEvidence | None]:
