@@ -109,6 +109,13 @@ def first_sight(state: ResubmissionState, snapshot: JobSnapshot | None, now: flo
     return steps.done()
 
 
+def may_supersede(state: ResubmissionState, job: str) -> bool:
+    """May a completed job that this try did not watch give way to a new one, if what runs the work changed?
+    Only when it is not this run's own result: another DAG run's (a re-run, a backfill) or one that had ended
+    when a person cleared the task. A retry of this run reuses its job whatever changed meanwhile."""
+    return job in state.before_clear or job not in state.known
+
+
 # --------------------------------------------------------------- decisions
 def on_end(
     state: ResubmissionState,

@@ -322,10 +322,7 @@ class AzureMLHook(BaseHook):
                 on_status(snapshot)
             delay = watch.observe(snapshot)
             if delay is None:
-                if watch.wants_usage() and snapshot.compute:  # once more at the end: the nodes' last state
-                    reading = self._gauge_reading(snapshot.compute, 0.0)  # fresh: a shared one may predate the end
-                    watch.offer_gauge(reading)  # the first read after the end, if none came before (JobWatch)
-                    watch.offer_usage(reading)
+                self._read_at_end(watch, snapshot)
                 return (snapshot, watch.gauge, watch.usage_dict()) if with_usage else (snapshot, watch.gauge)
             if watch.queue_time_exceeded():
                 raise AzureMLJobQueueTimeoutError(
@@ -348,6 +345,26 @@ class AzureMLHook(BaseHook):
                     break
                 time.sleep(evidence)
             time.sleep(max(0.0, next_poll - time.monotonic()))
+
+    def ended_job_evidence(
+        self, name: str, policy: PollingPolicy
+    ) -> tuple[JobSnapshot, GaugeEvidence, dict[str, Any]] | None:
+        """One poll of a job a look found ended, and the read of its compute just after the end (the evidence
+        ``wait_for_job_evidence`` gathers when it sees a job end); None when that poll finds it not ended."""
+        watch = JobWatch(policy)
+        snapshot = self._with_transient_retries(lambda: self.rest().snapshot(name))
+        if watch.observe(snapshot) is not None:
+            return None
+        self._read_at_end(watch, snapshot)
+        return snapshot, watch.gauge, watch.usage_dict()
+
+    def _read_at_end(self, watch: JobWatch, snapshot: JobSnapshot) -> None:
+        """The compute once more when the job is seen ended: the nodes' last state, and the first read after the
+        end (``JobWatch``) that tells a preemption Azure cancelled at once from a person's cancel."""
+        if watch.wants_usage() and snapshot.compute:
+            reading = self._gauge_reading(snapshot.compute, 0.0)  # fresh: a shared one may predate the end
+            watch.offer_gauge(reading)
+            watch.offer_usage(reading)
 
     def usage_sample(self, snapshot: JobSnapshot, max_age: float) -> dict[str, Any]:
         """One reading of the job's compute as usage (``cost``): the look a deferring task takes before

@@ -396,10 +396,13 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
     def _fallback_argument(self) -> str:
         return "fallback_deployment"
 
-    def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
+    def submit_markers(self, fallback: str | None) -> dict[str, str]:
+        """What the deployment runs now (no deployment named: the endpoint's default): a later run or a clear
+        reuses the job only while it still runs that (``superseded_by``)."""
         runs = self.hook.deployment_runs(self.endpoint_name, fallback or self.deployment_name)
-        if runs is not None:  # what the deployment runs now: a later run reuses the job only while it still does
-            markers = {**markers, naming.DEPLOYMENT_RUNS_TAG: runs}
+        return {naming.DEPLOYMENT_RUNS_TAG: runs} if runs is not None else {}
+
+    def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
         return self.hook.invoke_batch_endpoint(
             endpoint_name=self.endpoint_name,
             deployment_name=fallback or self.deployment_name,
@@ -420,7 +423,10 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         ran = snapshot.properties.get(naming.DEPLOYMENT_RUNS_TAG)
         if not ran:
             return None
-        deployment = snapshot.tags.get("azureml.deploymentname") or self.deployment_name
+        ran_on = snapshot.tags.get("azureml.deploymentname")
+        on_fallback = bool(self.fallback_deployment) and ran_on == self.fallback_deployment
+        # no deployment named: the endpoint's default now, which a blue/green update moves to a new deployment
+        deployment = ran_on if on_fallback else self.deployment_name
         now = self.hook.deployment_runs(self.endpoint_name, deployment)
         if now is None or now == ran:
             return None

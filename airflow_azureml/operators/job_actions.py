@@ -154,6 +154,7 @@ class ActionRunner:
             lambda: op._journal(state.key),
             requested=op._name,
             send=lambda name, fallback, markers: op.submit_job(self.context, name, fallback, markers),
+            extra_markers=op.submit_markers,
             remember=lambda recorded: op._remember(self.context, recorded),
             log=op.log,
         )

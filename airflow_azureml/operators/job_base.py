@@ -43,8 +43,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     """Submit one job per unit of work, wait for it (polling or deferred), resubmit preemptions.
 
     Exactly once: the unit of work is identified by the work itself (``work_identity``: for a batch
-    invoke the endpoint, deployment, rendered inputs and outputs) in the DAG run's data interval, or by
-    ``job_identity`` when given.
+    invoke the endpoint, deployment, rendered inputs and outputs), or by ``job_identity`` when given.
     Every job carries the unit key and its resubmission number as job properties (and tags where
     the API allows), so a later try finds the unit's jobs with one filtered LIST before it submits
     anything, whatever name Azure gave them. The requested names ``<dag>-<task>-<key>-r<n>`` are
@@ -108,6 +107,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         return (``JobChain.carried``). False: the job kind keeps its requested name (a command job's PUT).
         """
         return False
+
+    def submit_markers(self, fallback: str | None) -> dict[str, str]:
+        """Job properties to add to the unit's own (``naming.job_markers``), read before the submit is recorded
+        as under way: a read that fails or hangs here leaves no submit for the next try to look for."""
+        return {}
 
     def superseded_by(self, snapshot: JobSnapshot) -> str | None:
         """Asked of a unit's completed job that an earlier try or another DAG run saw end: why its result is
@@ -203,22 +207,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def _unit_key(self) -> str:
         if self.job_identity:
             return naming.work_key(self.dag_id, self.task_id, self.job_identity)
-        identity = self.work_identity()
-        interval = self._data_interval()
-        if interval is not None:
-            identity = {**identity, "data_interval": interval}
-        return naming.unit_key(self.dag_id, self.task_id, identity)
-
-    def _data_interval(self) -> list[str] | None:
-        """The DAG run's data interval, part of the default unit key: the same inputs in another interval
-        are other work, so a fixed input path (``latest/``) is scored again each interval instead of getting
-        the first interval's job back. A re-run, clear or backfill of the interval keeps it; a run without a
-        data interval (a manual trigger without a logical date) is keyed by the work alone."""
-        context = self._context or {}
-        bounds = [context.get("data_interval_start"), context.get("data_interval_end")]
-        if any(bound is None for bound in bounds):
-            return None
-        return [bound.isoformat() if hasattr(bound, "isoformat") else str(bound) for bound in bounds]
+        return naming.unit_key(self.dag_id, self.task_id, self.work_identity())
 
     def _name(self, state: ResubmissionState, n: int) -> str:
         return naming.job_name(self.dag_id, self.task_id, state.key, n)
@@ -321,7 +310,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._apply(context, state, decision)
         if not judged_before:
             job_report.report_verdict(context, snapshot, verdict, self.log)
-        superseded = self.superseded_by(snapshot) if verdict.outcome is Outcome.SUCCEEDED and not watched else None
+        superseded = None
+        # only where the task state store tells this run's retry (which reuses its job) from a new run or a clear
+        reusable = verdict.outcome is Outcome.SUCCEEDED and not watched and compat.has_task_state_store()
+        if reusable and lifecycle.may_supersede(state, snapshot.name):
+            superseded = self.superseded_by(snapshot)
         decision = lifecycle.on_end(
             state, snapshot.name, verdict, self._limits(), watched=watched, now=time.time(), superseded=superseded
         )
@@ -330,27 +323,32 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def _wait_current(self, context: Any, state: ResubmissionState) -> tuple[JobSnapshot, GaugeEvidence | None]:
         """Wait for the newest job of the chain: poll here, or defer to the triggerer."""
         name = state.current or ""
-        if self.deferrable:
+        while self.deferrable:
             snapshot = self.hook.job_snapshot(name)  # check before deferring
             if snapshot is not None:  # the compute's nodes now: the triggerer's first read may be seconds away
                 self._add_usage(context, state, self.hook.usage_sample(snapshot, self.polling.interval))
-            if snapshot is None or not snapshot.terminal:
-                if snapshot is not None:
-                    self._on_status(snapshot)
-                state.deferred_on = name  # a clear while deferred: the next try cancels this job (first_sight)
-                self._remember(context, state)
-                from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's base: not at DAG parse
+            if snapshot is not None and snapshot.terminal:
+                # Ended already (a preemption Azure cancels at once can end a job before this look): one poll
+                # more, with the read of the cluster just after the end that tells a preemption from a person's
+                # cancel (returning without it judged such a preemption a person's). Should that poll find it
+                # not ended (a stale read), the job is waited for in the triggerer after all.
+                ended = self.hook.ended_job_evidence(name, self.polling)
+                if ended is not None:
+                    snapshot, gauge, usage = ended
+                    self._add_usage(context, state, usage)
+                    return snapshot, gauge
+                continue
+            if snapshot is not None:
+                self._on_status(snapshot)
+            state.deferred_on = name  # a clear while deferred: the next try cancels this job (first_sight)
+            self._remember(context, state)
+            from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's base: not at DAG parse
 
-                self.defer(
-                    trigger=AzureMLJobTrigger(
-                        job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling
-                    ),
-                    method_name="execute_complete",
-                    timeout=self.execution_timeout,
-                )
-            # Ended already (a preemption Azure cancels at once can end a job before this check): the wait
-            # below returns at its first poll, with the read of the cluster just after the end that tells a
-            # preemption from a person's cancel. Returning without it judged such a preemption a person's.
+            self.defer(
+                trigger=AzureMLJobTrigger(job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling),
+                method_name="execute_complete",
+                timeout=self.execution_timeout,
+            )
         while True:
             try:  # the wait samples the compute's preemption gauge while the job runs: the evidence
                 snapshot, gauge, usage = self.hook.wait_for_job_evidence(

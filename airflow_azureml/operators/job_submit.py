@@ -69,6 +69,7 @@ class UnitSubmitter:
         *,
         requested: Callable[[ResubmissionState, int], str],
         send: Callable[[str, str | None, dict[str, str]], str | None],
+        extra_markers: Callable[[str | None], dict[str, str]],
         remember: Callable[[ResubmissionState], None],
         log: logging.Logger,
     ) -> None:
@@ -76,6 +77,7 @@ class UnitSubmitter:
         self.journal = journal
         self.requested = requested
         self.send = send
+        self.extra_markers = extra_markers
         self.remember = remember
         self.log = log
 
@@ -94,13 +96,14 @@ class UnitSubmitter:
         target = fallback() if state.fallback_rule else None
         where = f" on the fallback {target} ({state.fallback_rule})" if target else ""
         self.log.info("Submitting job %s (resubmission %d)%s.", requested, n, where)
+        markers = {**self.extra_markers(target), **naming.job_markers(state.key, n)}  # read before it is under way
         journal = self.journal()
         if journal is not None:
             journal.submitting(n, time.time())  # the record that outlives the task state
         state.submitting = {"n": n, "at": time.time()}  # after the journal: its write does not age the record
         self.remember(state)  # before the request: a crash from here on leaves this record
         try:
-            name = self.send(requested, target, naming.job_markers(state.key, n)) or requested
+            name = self.send(requested, target, markers) or requested
         except Exception as exc:
             # Refused (a 4xx that is not a timeout, conflict or throttle; bad input): no job exists, the next try
             # must not wait for one. Otherwise the job may exist, created late in the call: the wait counts from now.

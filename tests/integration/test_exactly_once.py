@@ -46,14 +46,12 @@ def run_case(workspace: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     failures = tmp_path / "failures.jsonl"
     monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
 
-    def run(
-        case: dict[str, Any] | None = None, dag_run: Any = None, logical_date: Any = LOGICAL
-    ) -> tuple[Any, list[dict[str, str]]]:
+    def run(case: dict[str, Any] | None = None, dag_run: Any = None) -> tuple[Any, list[dict[str, str]]]:
         """A new DAG run of the invoke case; with ``dag_run``, a person clears its task and it runs again."""
         monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps(case or {}))
         failures.unlink(missing_ok=True)
         dag = load_dag("azureml_operator_cases.py", "azureml_invoke_case")
-        result = dag.test(logical_date=logical_date) if dag_run is None else clear_and_rerun(dag, dag_run)
+        result = dag.test(logical_date=LOGICAL) if dag_run is None else clear_and_rerun(dag, dag_run)
         recorded = [json.loads(line) for line in failures.read_text().splitlines()] if failures.exists() else []
         return result, recorded
 
@@ -420,27 +418,6 @@ def test_default_identity_is_the_work_not_the_map_index(workspace: Emulator, run
     assert len(workspace.jobs()) == 2
 
 
-def test_a_fixed_input_path_is_scored_once_per_data_interval(workspace: Emulator, run_case) -> None:
-    """The case's input is one fixed folder (as ``latest/`` would be): the next interval's run scores it again
-    instead of getting the first interval's completed job back, and a re-run of either interval submits
-    nothing. (Seen failing first: the second interval returned the first interval's job and scored nothing.)"""
-    latest = {"inputs": {"heart_dataset": f"azureml://datastores/workspaceblobstore/paths/{INPUT}/"}}
-    run, failures = run_case(latest)
-    assert str(run.state) == "success", failures
-    first = xcom_value(run, "invoke")["job_name"]
-    next_interval = LOGICAL.add(days=1)
-    run, failures = run_case(latest, logical_date=next_interval)
-    assert str(run.state) == "success", failures
-    second = xcom_value(run, "invoke")["job_name"]
-    assert second != first, "the next interval got the first interval's job back: its data was never scored"
-    for again in (LOGICAL, next_interval):  # re-runs of finished intervals: their own completed jobs
-        run, failures = run_case(latest, logical_date=again)
-        assert str(run.state) == "success", failures
-        assert xcom_value(run, "invoke")["job_name"] == (first if again == LOGICAL else second)
-    assert [j.status for j in workspace.jobs()] == ["Completed", "Completed"]
-    assert len(prediction_ids(workspace, first)) == len(prediction_ids(workspace, second)) == 100
-
-
 def test_a_model_update_scores_a_finished_interval_again_and_a_description_change_does_not(
     workspace: Emulator, run_case
 ) -> None:
@@ -475,6 +452,45 @@ def test_a_model_update_scores_a_finished_interval_again_and_a_description_chang
     assert xcom_value(run, "invoke")["job_name"] == second
     assert [j.status for j in workspace.jobs()] == ["Completed", "Completed"]
     assert len(prediction_ids(workspace, second)) == 100
+
+
+def test_a_blue_green_switch_of_the_default_deployment_scores_a_finished_interval_again(
+    workspace: Emulator, run_case
+) -> None:
+    """With no deployment named, the work runs on the endpoint's default. Azure's documented way to move to a
+    new model is a new deployment made the default: a re-run of a scored interval then scores it again on the
+    new default, once. (Seen failing first: the job's own deployment never changed, so the old job was kept.)"""
+    from azure.ai.ml.entities._load_functions import load_model_batch_deployment
+
+    from airflow_azureml.hooks import AzureMLHook
+    from tests.integration.test_emulator_sdk import SEED_DEPLOYMENT_YAML
+
+    ml = AzureMLHook().get_conn()
+
+    def make_default(deployment: str) -> None:
+        endpoint = ml.batch_endpoints.get(ENDPOINT)
+        endpoint.defaults.deployment_name = deployment
+        ml.batch_endpoints.begin_create_or_update(endpoint).result()
+
+    make_default(DEPLOYMENT)
+    run, failures = run_case({"deployment_name": None})
+    assert str(run.state) == "success", failures
+    first = xcom_value(run, "invoke")["job_name"]
+
+    workspace.register_model("heart-classifier", "2", scoring_module="airflow_azureml.emulator.scoring.heart")
+    green = load_model_batch_deployment(source=str(SEED_DEPLOYMENT_YAML))
+    green.name, green.model = "classifier-green", "azureml:heart-classifier:2"
+    ml.batch_deployments.begin_create_or_update(green).result()
+    make_default("classifier-green")
+    run, failures = run_case({"deployment_name": None})
+    assert str(run.state) == "success", failures
+    second = xcom_value(run, "invoke")["job_name"]
+    assert second != first, "the re-run after the switch kept the old deployment's job"
+    run, failures = run_case({"deployment_name": None})
+    assert str(run.state) == "success", failures
+    assert xcom_value(run, "invoke")["job_name"] == second
+    deployments = [(j.status, j.deployment) for j in workspace.jobs()]
+    assert deployments == [("Completed", DEPLOYMENT), ("Completed", "classifier-green")], deployments
 
 
 def test_budget_belongs_to_one_run_of_the_task(workspace: Emulator, run_case) -> None:

@@ -299,7 +299,37 @@ def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -
     assert len(workspace.jobs()) == 1
 
 
-def test_retry_reattaches_instead_of_resubmitting(workspace: Emulator, run_case) -> None:
+def stored_state(run: Any, task_id: str) -> dict[str, Any]:
+    """What a retry's context holds of the run's ``task_state_store`` (Airflow 3.3): the rows the first try
+    wrote, read from the metadata DB, behind the store's get/set. Empty before 3.3 (no store)."""
+    try:
+        from airflow.models.task_state_store import TaskStateStoreModel as Row
+    except ImportError:
+        return {}
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(Row).filter_by(dag_id=run.dag_id, run_id=run.run_id, task_id=task_id).all()
+        values = {row.key: json.loads(row.value) if isinstance(row.value, str) else row.value for row in rows}
+
+    class Store:
+        @staticmethod
+        def get(key: str) -> Any:
+            return values.get(key)
+
+        @staticmethod
+        def set(key: str, value: Any) -> None:
+            values[key] = value
+
+    return {"task_state_store": Store()}
+
+
+@pytest.mark.parametrize("model_updated", [False, True], ids=["same-model", "model-updated"])
+def test_retry_reattaches_instead_of_resubmitting(workspace: Emulator, run_case, model_updated: bool) -> None:
+    """(model-updated, seen failing first: the retry took its own completed job as superseded and paid for
+    a second one; a model update scores again only in another DAG run or after a clear.)"""
+    from airflow_azureml.hooks import AzureMLHook
+
     run, _ = run_case("azureml_invoke_case")
     assert str(run.state) == "success"
     first = xcom_value(run, "invoke")
@@ -326,8 +356,13 @@ def test_retry_reattaches_instead_of_resubmitting(workspace: Emulator, run_case)
         def xcom_push(key: str, value: Any) -> None:
             pushed[key] = value
 
-    interval = {"data_interval_start": run.data_interval_start, "data_interval_end": run.data_interval_end}
-    again = op.execute({"ti": RetryTaskInstance(), "run_id": run.run_id, **interval})  # a retry's context has them
+    if model_updated:  # a retry reuses its run's job even when the deployment's model changed meanwhile
+        workspace.register_model("heart-classifier", "2", scoring_module="airflow_azureml.emulator.scoring.heart")
+        ml = AzureMLHook().get_conn()
+        deployment = ml.batch_deployments.get("classifier-xgboost", endpoint_name="heart-classifier-batch")
+        deployment.model = "azureml:heart-classifier:2"
+        ml.batch_deployments.begin_create_or_update(deployment).result()
+    again = op.execute({"ti": RetryTaskInstance(), "run_id": run.run_id, **stored_state(run, "invoke")})
     assert again["job_name"] == first["job_name"] and again["job_names"] == first["job_names"]
     assert len(workspace.jobs()) == 1
     assert pushed["azureml_studio_job_url"].endswith(first["job_name"])

@@ -107,6 +107,18 @@ def test_a_completed_job_of_a_superseded_deployment(watched: bool, superseded: s
 
 
 @pytest.mark.parametrize(
+    ("state", "may"),
+    [
+        (chain("a"), True),  # another DAG run's job (this run never knew it): a re-run, a backfill
+        (chain("a", known=["a"]), False),  # this run's own: a retry reuses it whatever changed
+        (chain("a", known=["a"], before_clear=["a"]), True),  # ended before a person cleared the task
+    ],
+)
+def test_may_supersede(state: ResubmissionState, may: bool) -> None:
+    assert lifecycle.may_supersede(state, "a") is may
+
+
+@pytest.mark.parametrize(
     ("state", "watched", "kept", "expected"),
     [
         # a person's cancel is final for the try that watched it...
