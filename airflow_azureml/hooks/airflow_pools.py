@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseHook
 
-from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.exceptions import AirflowException, AzureMLConfigError
 
 
 class AirflowPoolsHook(BaseHook):

@@ -121,7 +121,7 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
                 return True
             current = pools.get_pool(name)  # created meanwhile by another run: bring it to the wanted settings
             if current is None:
-                from airflow.exceptions import AirflowException
+                from airflow_azureml.exceptions import AirflowException
 
                 raise AirflowException(f"Pool {name} was reported as existing, then not found: try again.")
         changes = {k: v for k, v in wanted.items() if current.get(k) != v}

@@ -284,7 +284,10 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
                 message = f"Compute {self.name} is in use, so it is not deleted: {'; '.join(reasons)}."
                 if if_busy == "wait":
                     raise AzureMLError(f"{message} Still so after {self.wait_timeout:g}s (if_busy='wait').")
-                from airflow.exceptions import AirflowSkipException
+                try:
+                    from airflow.sdk.exceptions import AirflowSkipException
+                except ImportError:  # Airflow 3.1 has it in core only
+                    from airflow.exceptions import AirflowSkipException  # type: ignore[no-redef]
 
                 self.log.info("%s Skipped (if_busy='skip'): another run's jobs keep running.", message)
                 raise AirflowSkipException(message)

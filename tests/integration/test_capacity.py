@@ -1,0 +1,144 @@
+"""Capacity as Airflow sees it: the cluster's delete in overlapping runs, and the capacity pool.
+
+Real parts only: the real SDK against the emulator, real ``dag.test()`` runs on the session's metadata DB, and
+for the pool Airflow's own REST API (its FastAPI app served by uvicorn on 127.0.0.1) on that same DB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+
+from airflow_azureml.emulator import Emulator
+from airflow_azureml.emulator.scoring.data import write_heart_csvs
+from tests.conftest import REPO, load_dag, task_states, xcom_value
+from tests.helpers import when_running
+from tests.integration.test_emulator_sdk import setup_workspace
+
+RUN_A = pendulum.datetime(2026, 11, 1, tz="UTC")
+RUN_B = pendulum.datetime(2026, 11, 2, tz="UTC")
+
+
+@pytest.fixture
+def workspace(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path) -> Emulator:
+    from airflow_azureml.hooks import AzureMLHook
+
+    setup_workspace(AzureMLHook())
+    write_heart_csvs(emulator.datastore_path("in/a"), files=4, rows_per_file=5)
+    return emulator
+
+
+def run_b_in_another_process(case: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """Run B of the DAG, with no work of its own: ``dag.test()`` needs a main thread, so it is a second process
+    on the same metadata DB and emulator, as a second worker would be."""
+    script = (
+        "import pendulum\n"
+        "from tests.conftest import load_dag\n"
+        "run = load_dag('azureml_capacity_cases.py').test(\n"
+        f"    logical_date=pendulum.parse({RUN_B.isoformat()!r}), run_conf={{'inputs': []}})\n"
+        "print('STATE', run.state)\n"
+    )
+    code = (
+        "import sys, pathlib\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "import tests.conftest as c\n"
+        f"c.DAGS_FOLDER = pathlib.Path({os.environ['AIRFLOW__CORE__DAGS_FOLDER']!r})\n"
+        f"sys.path.insert(0, str(c.DAGS_FOLDER))\n" + script
+    )
+    env = {k: v for k, v in os.environ.items() if k != "AZUREML_CURRENT_CLOUD"}  # a fresh process's cloud
+    env["AZUREML_TEST_CASE"] = json.dumps(case)
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_delete_skips_while_another_runs_job_runs(workspace: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run A's job runs on the cluster; run B's teardown deletes nothing (skipped, and says why); A's job
+    completes, and A's own teardown, with the cluster free, deletes it."""
+    emulator = workspace
+    monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps({"if_busy": "skip"}))
+    runs_b: list[subprocess.CompletedProcess[str]] = []
+    jobs_at_b: list[list[tuple[str, str]]] = []
+
+    def run_b(_emulator: Emulator, _job: str) -> None:  # A's job is Running, held until this returns
+        runs_b.append(run_b_in_another_process({"if_busy": "skip"}))
+        jobs_at_b.append([(j.name, j.status) for j in emulator.jobs()])
+
+    with when_running(emulator, run_b, timeout=300):
+        run_a = load_dag("azureml_capacity_cases.py").test(logical_date=RUN_A, run_conf={"inputs": ["in/a"]})
+    assert runs_b, "run B never started"
+    out = runs_b[0].stdout + runs_b[0].stderr
+    assert "STATE" in out, out[-3000:]
+    (job_a,) = emulator.jobs()
+    assert jobs_at_b == [[(job_a.name, "Running")]], "A's job was not running when B's teardown ran"
+    assert "Compute low-pri-cluster is in use, so it is not deleted" in out, out[-3000:]
+    # the job LIST shows it: the emulator's nodes of a job count as running only while they work a mini-batch,
+    # and a queued job holds none at all
+    assert f"1 job(s) not ended on it: {job_a.name} (Running)" in out, out[-3000:]
+    b_states = b_task_states(RUN_B)
+    assert b_states["delete"] == "skipped", b_states
+
+    assert str(run_a.state) == "success", task_states(run_a)
+    assert job_a.status == "Completed", job_a.error
+    assert xcom_value(run_a, "delete") is True  # A's teardown found the cluster free
+    deletes = [r for r in emulator.requests() if r["method"] == "DELETE" and "/computes/" in r["path"]]
+    assert len(deletes) == 1, deletes
+    assert emulator.call(lambda: "low-pri-cluster" not in emulator.workspace.computes)
+
+
+def b_task_states(logical_date: pendulum.DateTime) -> dict[str, str]:
+    from airflow.models import DagRun, TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.query(DagRun).filter_by(dag_id="azureml_capacity_teardown", logical_date=logical_date).one()
+        tis = session.query(TaskInstance).filter_by(dag_id=run.dag_id, run_id=run.run_id).all()
+        return {ti.task_id: str(ti.state) for ti in tis if ti.map_index < 0}
+
+
+def job_lists(emulator: Emulator) -> int:
+    return sum(1 for r in emulator.requests() if r["method"] == "GET" and r["path"].endswith("/jobs"))
+
+
+def test_a_queued_job_holds_no_node_and_still_keeps_the_cluster(
+    workspace: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job queued for capacity holds no node, so only the job LIST shows it: ``skip`` keeps the cluster;
+    ``wait`` reads again until the job has ended, then deletes."""
+    import threading
+    import time
+
+    from tests.integration.test_emulator_sdk import invoke, wait_status
+
+    emulator = workspace
+    from airflow_azureml.hooks import AzureMLHook
+
+    emulator.set_capacity("low-pri-cluster", 0)  # no spot capacity: the job waits in Azure's queue
+    job = invoke(AzureMLHook().get_conn(), "in/a", "queued-elsewhere")
+    wait_status(emulator, job, "Queued")
+
+    monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps({"if_busy": "skip"}))
+    run = load_dag("azureml_capacity_cases.py").test(logical_date=RUN_A, run_conf={"inputs": []})
+    assert task_states(run)["delete"] == "skipped", task_states(run)
+    assert emulator.job(job).status == "Queued"
+
+    monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps({"if_busy": "wait"}))
+    lists_before = job_lists(emulator)
+
+    def capacity_back_once_the_delete_waits() -> None:
+        deadline = time.monotonic() + 120
+        while job_lists(emulator) < lists_before + 2 and time.monotonic() < deadline:  # it read, and read again
+            time.sleep(0.01)
+        emulator.set_capacity("low-pri-cluster", None)
+
+    threading.Thread(target=capacity_back_once_the_delete_waits, daemon=True).start()
+    run = load_dag("azureml_capacity_cases.py").test(logical_date=RUN_B, run_conf={"inputs": []})
+    assert str(run.state) == "success", task_states(run)
+    assert emulator.job(job).status == "Completed", emulator.job(job).error
+    assert xcom_value(run, "delete") is True
+    assert emulator.call(lambda: "low-pri-cluster" not in emulator.workspace.computes)
