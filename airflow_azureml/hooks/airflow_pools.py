@@ -96,10 +96,11 @@ class AirflowPoolsHook(BaseHook):
             return None
         return self._ok(response, f"create pool {name}")
 
-    def update_pool(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
-        response = self._call(
-            "PATCH", f"/pools/{quote(name, safe='')}", params={"update_mask": list(changes)}, json=changes
-        )
+    def update_pool(self, name: str, wanted: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+        """Write ``fields`` of ``wanted``. The body names the pool and its slots even when only other fields
+        change: Airflow validates a patch of a pool as a whole pool (``BasePool``), ``update_mask`` picks."""
+        body = {"pool": name, **wanted}
+        response = self._call("PATCH", f"/pools/{quote(name, safe='')}", params={"update_mask": fields}, json=body)
         return self._ok(response, f"update pool {name}")
 
     @staticmethod

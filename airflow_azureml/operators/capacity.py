@@ -133,5 +133,5 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
             name,
             ", ".join(f"{k} {current.get(k)!r} -> {v!r}" for k, v in changes.items()),
         )
-        pools.update_pool(name, changes)
+        pools.update_pool(name, wanted, list(changes))
         return True

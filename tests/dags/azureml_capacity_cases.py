@@ -1,4 +1,6 @@
-"""A scoring DAG with the cluster's delete as its teardown, for overlapping runs (tests/integration/test_capacity.py).
+"""A capacity pool's sync; a scoring DAG with the cluster's delete as its teardown, for overlapping runs.
+
+Used by tests/integration/test_capacity.py.
 
 ``params.inputs`` lists the datastore folders a run scores, one job each; a run with none (an interval whose
 work is finished) goes straight to its teardown, as a backfill's re-run of a scored interval does.
@@ -18,6 +20,7 @@ from airflow_azureml.operators import (
     AzureMLCreateComputeClusterOperator,
     AzureMLDeleteComputeOperator,
     AzureMLInvokeBatchEndpointOperator,
+    AzureMLSyncCapacityPoolOperator,
 )
 from tests.dag_support import record_failure
 
@@ -56,3 +59,18 @@ with DAG(
     )
     # [END howto_operator_delete_compute_if_busy]
     cluster >> score >> delete.as_teardown(setups=cluster)
+
+with DAG(
+    "azureml_capacity_pool",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+    default_args={"retries": 0, "on_failure_callback": record_failure},
+) as pool_dag:
+    AzureMLSyncCapacityPoolOperator(
+        task_id="sync",
+        compute=CASE.get("compute", str(CONFIG / "low-pri-cluster.yml")),
+        deployment=CASE.get("deployment", str(CONFIG / "deployment.yml")),
+        instance_count=CASE.get("instance_count"),
+        pool_name=CASE.get("pool_name"),
+        airflow_conn_id="airflow_api",
+    )
