@@ -56,6 +56,7 @@ with DAG(
         name="low-pri-cluster",
         if_busy=CASE.get("if_busy", "skip"),  # another run's jobs on the cluster: skip, wait, or "delete" anyway
         polling={"interval": 0.05},
+        wait_timeout=CASE.get("wait_timeout", 1800),
     )
     # [END howto_operator_delete_compute_if_busy]
     cluster >> score >> delete.as_teardown(setups=cluster)

@@ -132,7 +132,7 @@ def test_a_queued_job_holds_no_node_and_still_keeps_the_cluster(
     assert task_states(run)["delete"] == "skipped", task_states(run)
     assert emulator.job(job).status == "Queued"
 
-    monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps({"if_busy": "wait"}))
+    monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps({"if_busy": "wait", "wait_timeout": 120}))
     lists_before = job_lists(emulator)
 
     def capacity_back_once_the_delete_waits() -> None:
