@@ -59,10 +59,15 @@ def run_b_in_another_process(case: dict[str, Any]) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
-def test_delete_skips_while_another_runs_job_runs(workspace: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("compute_id_null", [False, True], ids=["computeId", "computeId-null"])
+def test_delete_skips_while_another_runs_job_runs(
+    workspace: Emulator, monkeypatch: pytest.MonkeyPatch, compute_id_null: bool
+) -> None:
     """Run A's job runs on the cluster; run B's teardown deletes nothing (skipped, and says why); A's job
-    completes, and A's own teardown, with the cluster free, deletes it."""
+    completes, and A's own teardown, with the cluster free, deletes it. With ``computeId`` null on the batch
+    job (Azure's recorded shape) the job is known by its deployment's compute."""
     emulator = workspace
+    emulator.set_behaviour(batch_job_compute_id_null=compute_id_null)
     monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps({"if_busy": "skip"}))
     runs_b: list[subprocess.CompletedProcess[str]] = []
     jobs_at_b: list[list[tuple[str, str]]] = []
@@ -84,6 +89,12 @@ def test_delete_skips_while_another_runs_job_runs(workspace: Emulator, monkeypat
     # the job LIST shows it: the emulator's nodes of a job count as running only while they work a mini-batch,
     # and a queued job holds none at all
     assert f"1 job(s) not ended on it: {job_a.name} (Running)" in out, out[-3000:]
+    deployment_reads = [  # the delete's own REST reads (the SDK's invoke reads it too, at its own api-version)
+        r
+        for r in emulator.requests()
+        if r["method"] == "GET" and "/deployments/" in r["path"] and r["query"].get("api-version") == "2024-10-01"
+    ]
+    assert bool(deployment_reads) is compute_id_null  # the deployment is read only when the job does not say
     b_states = b_task_states(RUN_B)
     assert b_states["delete"] == "skipped", b_states
 
