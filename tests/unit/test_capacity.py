@@ -150,3 +150,33 @@ def test_busy_reasons() -> None:
     assert busy_reasons({"preparingNodeCount": 1}, []) != []
     reasons = busy_reasons({}, [("j1", "Queued")])  # a queued job holds no node: only the LIST shows it
     assert reasons == ["1 job(s) not ended on it: j1 (Queued)"]
+
+
+@pytest.mark.parametrize(
+    ("conn", "base"),
+    [
+        ({"conn_type": "http", "host": "http://airflow-api:8080/"}, "http://airflow-api:8080"),
+        ({"conn_type": "http", "host": "airflow-api", "port": 8080, "schema": "https"}, "https://airflow-api:8080"),
+        ({"conn_type": "generic", "host": "airflow-api"}, "http://airflow-api"),
+    ],
+)
+def test_the_api_connection(monkeypatch: pytest.MonkeyPatch, conn: dict[str, Any], base: str) -> None:
+    import json
+
+    from airflow_azureml.hooks.airflow_pools import AirflowPoolsHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_AIRFLOW_API", json.dumps({**conn, "login": "u", "password": "p"}))
+    assert AirflowPoolsHook().base_url() == (base, "u", "p", True)
+
+
+def test_a_missing_or_hostless_api_connection_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from airflow_azureml.hooks.airflow_pools import AirflowPoolsHook
+
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_API", raising=False)
+    with pytest.raises(AzureMLConfigError, match=r"'no_such_api'.*is not defined"):
+        AirflowPoolsHook("no_such_api").base_url()
+    monkeypatch.setenv("AIRFLOW_CONN_AIRFLOW_API", json.dumps({"conn_type": "http", "login": "u"}))
+    with pytest.raises(AzureMLConfigError, match="has no host"):
+        AirflowPoolsHook().base_url()
