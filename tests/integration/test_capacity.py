@@ -72,9 +72,13 @@ def test_delete_skips_while_another_runs_job_runs(
     runs_b: list[subprocess.CompletedProcess[str]] = []
     jobs_at_b: list[list[tuple[str, str]]] = []
 
+    b_window: list[int] = []
+
     def run_b(_emulator: Emulator, _job: str) -> None:  # A's job is Running, held until this returns
+        b_window.append(len(emulator.requests()))
         runs_b.append(run_b_in_another_process({"if_busy": "skip"}))
         jobs_at_b.append([(j.name, j.status) for j in emulator.jobs()])
+        b_window.append(len(emulator.requests()))
 
     with when_running(emulator, run_b, timeout=300):
         run_a = load_dag("azureml_capacity_cases.py", "azureml_capacity_teardown").test(
@@ -89,12 +93,11 @@ def test_delete_skips_while_another_runs_job_runs(
     # the job LIST shows it: the emulator's nodes of a job count as running only while they work a mini-batch,
     # and a queued job holds none at all
     assert f"1 job(s) not ended on it: {job_a.name} (Running)" in out, out[-3000:]
-    deployment_reads = [  # the delete's own REST reads (the SDK's invoke reads it too, at its own api-version)
-        r
-        for r in emulator.requests()
-        if r["method"] == "GET" and "/deployments/" in r["path"] and r["query"].get("api-version") == "2024-10-01"
-    ]
-    assert bool(deployment_reads) is compute_id_null  # the deployment is read only when the job does not say
+    # while run B ran (no submit of its own; A's job held Running), only B's delete read deployments, and only
+    # when the job did not name its compute
+    during_b = emulator.requests()[b_window[0] : b_window[1]]
+    deployment_reads = [r for r in during_b if r["method"] == "GET" and "/deployments/" in r["path"]]
+    assert bool(deployment_reads) is compute_id_null, deployment_reads
     b_states = b_task_states(RUN_B)
     assert b_states["delete"] == "skipped", b_states
 
