@@ -327,14 +327,8 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
 
         def deployment_compute(endpoint: str, deployment: str) -> str | None:
             if (endpoint, deployment) not in deployments:
-                from airflow_azureml.hooks.rest import ResourceNotFound
-
-                path = rest.paths.url(f"/batchEndpoints/{endpoint}/deployments/{deployment}")
-                try:
-                    doc = rest.request("GET", path, what=f"GET batch deployment {endpoint}/{deployment}")
-                except ResourceNotFound:
-                    doc = {}
-                deployments[endpoint, deployment] = ((doc or {}).get("properties") or {}).get("compute")
+                doc = rest.get_batch_resource(endpoint, deployment) or {}
+                deployments[endpoint, deployment] = (doc.get("properties") or {}).get("compute")
             return deployments[endpoint, deployment]
 
         return busy_reasons(counts, jobs_on_cluster(rest.list_jobs({}), self.name, deployment_compute))
