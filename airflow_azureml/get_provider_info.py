@@ -28,12 +28,18 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["azure"],
             }
         ],
-        "hooks": [{"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.hooks.azure_ml"]}],
+        "hooks": [
+            {
+                "integration-name": "Azure Machine Learning",
+                "python-modules": ["airflow_azureml.hooks.azure_ml", "airflow_azureml.hooks.airflow_pools"],
+            }
+        ],
         "operators": [
             {
                 "integration-name": "Azure Machine Learning",
                 "python-modules": [
                     "airflow_azureml.operators.compute",
+                    "airflow_azureml.operators.capacity",
                     "airflow_azureml.operators.batch",
                     "airflow_azureml.operators.jobs",
                     "airflow_azureml.operators.kubernetes",

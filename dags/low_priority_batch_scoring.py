@@ -48,6 +48,10 @@ Environment (read by the DAG processor and the workers alike):
 - ``AZUREML_RESUBMIT_BACKOFF_SECONDS``: back-off of a loop of preemptions: from the third
   preemption of one partition on, doubling (default 60). The first two are resubmitted at once.
 - ``AZUREML_DEFERRABLE``: ``true`` (default) waits in the triggerer, ``false`` in the worker.
+- ``AZUREML_CAPACITY_POOL_CONN_ID``: an Airflow connection to this Airflow's REST API (docs/backfills.md). Set,
+  ``sync_capacity_pool`` sizes the pool ``azureml_capacity_<cluster>`` from the cluster and deployment YAML
+  (``max_instances // instance_count`` jobs) and the scoring tasks run in it, so a backfill's extra jobs wait
+  in Airflow, not in Azure's queue. Unset (default), the scoring tasks run in ``default_pool``.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
     AzureMLCreateComputeClusterOperator,
     AzureMLInvokeBatchEndpointOperator,
+    AzureMLSyncCapacityPoolOperator,
 )
 
 CONFIG = Path(__file__).parent / "azureml"
@@ -86,6 +91,9 @@ MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECO
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
 # Waiting in the triggerer frees the worker slot for the hours a batch job can take.
 DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
+# The scoring tasks' pool: as many slots as jobs fit on the spot cluster at once (docs/backfills.md).
+CAPACITY_CONN_ID = os.environ.get("AZUREML_CAPACITY_POOL_CONN_ID", "")
+CAPACITY_POOL = f"azureml_capacity_{CLUSTER}" if CAPACITY_CONN_ID else "default_pool"
 
 
 with DAG(
@@ -165,8 +173,21 @@ with DAG(
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         max_queue_time="{{ params.max_queue_seconds }}",
         map_index_template="{{ task.job_identity }}",
+        pool=CAPACITY_POOL,
     ).expand_kwargs(planned := plan(extracted := extract()))
     # [END howto_operator_invoke_batch_endpoint]
+    if CAPACITY_CONN_ID:
+        # [START howto_operator_sync_capacity_pool]
+        sync_capacity = AzureMLSyncCapacityPoolOperator(
+            task_id="sync_capacity_pool",
+            pool_name=CAPACITY_POOL,
+            compute=str(CONFIG / "low-pri-cluster.yml"),  # max_instances
+            deployment=str(CONFIG / "deployment.yml"),  # resources.instance_count of one job
+            airflow_conn_id=CAPACITY_CONN_ID,
+            pool=INFRA_POOL,
+        )
+        # [END howto_operator_sync_capacity_pool]
+        create_cluster >> sync_capacity >> score
 
     @task(trigger_rule="none_failed", outlets=[VERIFIED], retries=0)
     def report(

@@ -51,6 +51,7 @@ class Behaviour:
     list_ignores_properties_filter: bool = False  # the jobs LIST answers as if no ``properties`` filter was sent
     list_lag_seconds: float = 0.0  # a job shows in the jobs LIST only this long after it was created (GET at once)
     invoke_properties_dropped: bool = False  # a batch invoke's user properties never reach its job (Azure's own stay)
+    batch_job_compute_id_null: bool = False  # a batch job's computeId is null, as in Azure's one recording of one
     storage_data_role: bool = True  # the service principal holds Storage Blob Data Contributor on the account
     activity_log_lag_seconds: float = 60.0  # an Activity Log event shows this long after it happened (ingestion)
     activity_log_reader: bool = True  # the service principal may read the Activity Log (Reader at the group)

@@ -96,6 +96,7 @@ class BatchInvoke:
             deployment=deployment.name,
             output_uri=output_uri,
             input_uri=input_uri,
+            compute_id_null=self.behaviour.batch_job_compute_id_null,
             properties={
                 "displayName": name,
                 # what Azure itself tags and records on a batch job (a real batch-deployment job's record)

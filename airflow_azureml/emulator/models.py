@@ -291,6 +291,7 @@ class Job:
     mini_batches_done: int = 0
     mini_batch_attempts: int = 0
     rows_scored: int = 0
+    compute_id_null: bool = False  # Behaviour.batch_job_compute_id_null when the job was invoked
 
     def set_status(self, status: str) -> None:
         self.status = status
@@ -307,7 +308,7 @@ class Job:
                 "status": self.status,
                 "jobType": self.job_type,
                 "experimentName": self.experiment_name,
-                "computeId": f"{ws_id}/computes/{self.compute}" if self.compute else None,
+                "computeId": f"{ws_id}/computes/{self.compute}" if self.compute and not self.compute_id_null else None,
                 "services": {
                     "Studio": {
                         "jobServiceType": "Studio",

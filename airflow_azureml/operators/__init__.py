@@ -4,6 +4,7 @@ from airflow_azureml.operators.batch import (
     AzureMLCreateBatchDeploymentOperator,
     AzureMLInvokeBatchEndpointOperator,
 )
+from airflow_azureml.operators.capacity import AzureMLSyncCapacityPoolOperator
 from airflow_azureml.operators.compute import (
     AzureMLAttachKubernetesComputeOperator,
     AzureMLCreateComputeClusterOperator,
@@ -20,4 +21,5 @@ __all__ = [
     "AzureMLDeleteComputeOperator",
     "AzureMLInvokeBatchEndpointOperator",
     "AzureMLSubmitCommandJobOperator",
+    "AzureMLSyncCapacityPoolOperator",
 ]

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_azureml.capacity import check_if_busy
 from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError
 from airflow_azureml.operators.base import AzureMLBaseOperator
 from airflow_azureml.redaction import scrub
@@ -227,22 +228,41 @@ class AzureMLCreateComputeClusterOperator(AzureMLBaseOperator):
 
 
 class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
-    """Delete a compute target. An absent one counts as deleted, so it is safe as a teardown task."""
+    """Delete a compute target, but not while jobs use it. An absent one counts as deleted.
 
-    template_fields: Sequence[str] = ("name",)
+    Deleting a compute fails the jobs on it, and as a teardown in overlapping runs or a backfill other runs'
+    jobs may be running or queued there. So first the cluster is read: nodes running jobs or being prepared
+    (AmlCompute ``nodeStateCounts``), then jobs not ended on it in the workspace's job LIST (a queued job holds
+    no node). ``if_busy`` (templated) says what a cluster in use means: ``"skip"`` (default: the task is
+    skipped, the log says why), ``"wait"`` (read again every ``polling.interval`` until it is free, at most
+    ``wait_timeout``), ``"delete"`` (delete anyway, as before). Azure has no conditional delete: a job
+    submitted between the last read and the delete still fails.
+    """
+
+    template_fields: Sequence[str] = ("name", "if_busy")
 
     def __init__(
-        self, *, name: str, wait: bool = True, wait_timeout: float = DEFAULT_WAIT_TIMEOUT, **kwargs: Any
+        self,
+        *,
+        name: str,
+        wait: bool = True,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        if_busy: str = "skip",
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if "{{" not in str(if_busy):  # a template is checked once rendered, before any API call
+            check_if_busy(if_busy)
         self.name = name
         self.wait = wait
         self.wait_timeout = wait_timeout
+        self.if_busy = if_busy
 
     def execute(self, context: Any) -> bool:
         from airflow_azureml.specs import check_compute_name
 
         check_compute_name(self.name)
+        if_busy = check_if_busy(self.if_busy)
         from azure.core.exceptions import ResourceNotFoundError
 
         ml = self.hook.get_conn()
@@ -251,6 +271,27 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
         except ResourceNotFoundError:
             self.log.info("Compute %s does not exist; nothing to delete.", self.name)
             return False
+        if if_busy == "delete":
+            self.log.warning("if_busy='delete': deleting compute %s without checking for jobs on it.", self.name)
+        else:
+            reasons = self.busy_reasons()
+            deadline = time.monotonic() + self.wait_timeout
+            while reasons and if_busy == "wait" and time.monotonic() < deadline:
+                self.log.info("Compute %s is in use (%s); waiting (if_busy='wait').", self.name, "; ".join(reasons))
+                time.sleep(max(0.0, min(self.polling.interval, deadline - time.monotonic())))
+                reasons = self.busy_reasons()
+            if reasons:
+                message = f"Compute {self.name} is in use, so it is not deleted: {'; '.join(reasons)}."
+                if if_busy == "wait":
+                    raise AzureMLError(f"{message} Still so after {self.wait_timeout:g}s (if_busy='wait').")
+                try:
+                    from airflow.sdk.exceptions import AirflowSkipException
+                except ImportError:  # Airflow 3.1 has it in core only
+                    from airflow.exceptions import AirflowSkipException  # type: ignore[no-redef]
+
+                self.log.info("%s Skipped (if_busy='skip'): another run's jobs keep running.", message)
+                raise AirflowSkipException(message)
+            self.log.info("Compute %s has no node running or preparing and no job that has not ended.", self.name)
         poller = ml.compute.begin_delete(self.name)
         if self.wait:
 
@@ -270,6 +311,27 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
             )
         self.log.info("Deleted compute %s.", self.name)
         return True
+
+    def busy_reasons(self) -> list[str]:
+        """What shows the compute in use now: its node counts, then (when no node works) the job LIST."""
+        from airflow_azureml.capacity import busy_reasons, jobs_on_cluster, node_counts
+
+        rest = self.hook.rest()
+        compute = rest.get_compute(self.name)
+        if compute is None:
+            return []
+        counts = node_counts(compute)
+        if busy_reasons(counts, []):
+            return busy_reasons(counts, [])
+        deployments: dict[tuple[str, str], str | None] = {}
+
+        def deployment_compute(endpoint: str, deployment: str) -> str | None:
+            if (endpoint, deployment) not in deployments:
+                doc = rest.get_batch_resource(endpoint, deployment) or {}
+                deployments[endpoint, deployment] = (doc.get("properties") or {}).get("compute")
+            return deployments[endpoint, deployment]
+
+        return busy_reasons(counts, jobs_on_cluster(rest.list_jobs({}), self.name, deployment_compute))
 
 
 class AzureMLAttachKubernetesComputeOperator(AzureMLBaseOperator):
