@@ -25,9 +25,7 @@ def trainer() -> ModuleType:
 
 
 def _text(path: Path) -> str:
-    return "\n".join(
-        line for line in path.read_text().splitlines() if not line.strip().startswith(_ENVIRONMENT_LINES)
-    )
+    return "\n".join(line for line in path.read_text().splitlines() if not line.strip().startswith(_ENVIRONMENT_LINES))
 
 
 def test_the_script_rebuilds_the_committed_model(tmp_path: Path) -> None:
