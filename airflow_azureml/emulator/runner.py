@@ -129,8 +129,7 @@ class JobRunner:
                 # init() runs on the nodes of a Running job (loading an MLflow model takes seconds): an
                 # import error or a raising init() fails the job
                 scorer = await self._load_scorer(job, settings, files)
-                if job.status == "CancelRequested":
-                    continue
+                continue  # the nodes may have gone while init() ran: look at them again before any work
             # evicted nodes: put their unfinished mini-batches back in the queue
             for task, node in list(workers.items()):
                 if (node not in compute.nodes or node.state == "preempted") and not task.done():
