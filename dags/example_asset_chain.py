@@ -28,6 +28,7 @@ from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
     AzureMLCreateComputeClusterOperator,
     AzureMLInvokeBatchEndpointOperator,
+    AzureMLRegisterModelOperator,
     AzureMLSubmitCommandJobOperator,
 )
 
@@ -99,6 +100,13 @@ with DAG(
         task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml")
     )
 
+    @task
+    def publish_model() -> str:
+        """The committed MLflow model (azureml/model/), copied to where azureml/model.yml registers it from."""
+        return example_partitions.publish_model(str(CONFIG / "model"), "models/heart-classifier-mlflow/1")
+
+    register_model = AzureMLRegisterModelOperator(task_id="register_model", model=str(CONFIG / "model.yml"))
+
     @task(inlets=[RECORDS])
     def plan(**context: Any) -> list[dict[str, Any]]:
         """One invoke per partition the ETL announced; the job identity is the partition (exactly once)."""
@@ -116,13 +124,14 @@ with DAG(
     score = AzureMLInvokeBatchEndpointOperator.partial(
         task_id="score_partition",
         endpoint_name="heart-classifier-batch",
-        deployment_name="classifier-xgboost",
+        deployment_name="classifier-mlflow",
         resubmit_backoff=RESUBMIT_BACKOFF,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         outlets=[SCORED],  # one asset event per rendered output, emitted when the job completed
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(plan())
     # [END howto_assets_invoke_outlets]
+    publish_model() >> register_model >> create_deployment
     create_cluster >> create_deployment >> score
 
 

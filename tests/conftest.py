@@ -133,7 +133,11 @@ def fresh_spot_histories() -> None:
 
 @pytest.fixture
 def emulator(tmp_path: Path) -> Iterator[Emulator]:
+    """An emulator with the example's MLflow model registered (as the example DAG's setup registers it)."""
+    from tests.helpers import register_example_model
+
     with Emulator(tmp_path / "emulator", timing=FAST) as emu:
+        register_example_model(emu)
         yield emu
 
 
