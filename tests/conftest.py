@@ -45,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False",
             # kubectl caches API discovery in ~/.kube/cache unless told otherwise
             "KUBECACHEDIR": str(_HOME / "kube-cache"),
+            # MLflow (tests that load the example model) would report usage and write ~/.config/mlflow
+            "MLFLOW_DISABLE_TELEMETRY": "true",
         }
     )
     for source in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "dags").glob("*.py")]:

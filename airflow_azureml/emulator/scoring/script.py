@@ -59,6 +59,9 @@ class ScriptScorer:
             self._log = (self.work_dir / "user_logs" / "std_log.txt").open("a", encoding="utf-8")
         env = {k: os.environ[k] for k in _KEPT_ENV if k in os.environ}
         env.update({"AZUREML_MODEL_DIR": str(self.model_dir), "PYTHONDONTWRITEBYTECODE": "1"})
+        # MLflow (an MLflow model, or a script that loads one) would otherwise send usage telemetry over the
+        # network and write an installation id under the user's home: a local emulator does neither
+        env.update({"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"})
         self._process = subprocess.Popen(
             [sys.executable, "-I", str(_HOST), str(self.code_dir), str(self.script)],
             stdin=subprocess.PIPE,
