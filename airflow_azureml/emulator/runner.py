@@ -226,6 +226,9 @@ class JobRunner:
             model_dir=model_dir,
             work_dir=self.data_dir / "job-runs" / job.name,
             timeout=settings.timeout,
+            # an MLflow model's process (Azure's generated script or the deployment's own) is forked from a
+            # template that has imported MLflow once (emulator.scoring.forks): a fresh process per job still
+            forks=self.fork_server() if (model_dir / "MLmodel").is_file() else None,
         )
         self.scripts[job.name] = script
         await asyncio.to_thread(script.start)
