@@ -71,3 +71,25 @@ def preempt(form: str = "canceled") -> Callable[[Emulator, str], object]:
         return emulator.preempt_cluster("low-pri-cluster", form=form)
 
     return action
+
+
+EXAMPLE_MODEL = ("heart-classifier-mlflow", "1", "models/heart-classifier-mlflow/1")
+
+
+def register_example_model(emulator: Emulator) -> None:
+    """What the example DAG's ``publish_model`` and ``register_model`` tasks do, done directly: the
+    committed MLflow model (dags/azureml/model/) on the datastore, registered as dags/azureml/model.yml says."""
+    import shutil
+    from pathlib import Path
+
+    name, version, folder = EXAMPLE_MODEL
+    source = Path(__file__).resolve().parents[1] / "dags" / "azureml" / "model"
+    shutil.copytree(source, emulator.datastore_path(folder), dirs_exist_ok=True)
+    body = {
+        "properties": {
+            "modelType": "mlflow_model",
+            "modelUri": f"azureml://datastores/workspaceblobstore/paths/{folder}/",
+            "description": "the example's MLflow model",
+        }
+    }
+    emulator.call(lambda: emulator.workspace.put_model_version(name, version, body))

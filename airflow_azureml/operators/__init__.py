@@ -11,6 +11,7 @@ from airflow_azureml.operators.compute import (
 )
 from airflow_azureml.operators.jobs import AzureMLSubmitCommandJobOperator
 from airflow_azureml.operators.kubernetes import AzureMLApplyInstanceTypesOperator
+from airflow_azureml.operators.models import AzureMLRegisterModelOperator
 
 __all__ = [
     "AzureMLApplyInstanceTypesOperator",
@@ -19,5 +20,6 @@ __all__ = [
     "AzureMLCreateComputeClusterOperator",
     "AzureMLDeleteComputeOperator",
     "AzureMLInvokeBatchEndpointOperator",
+    "AzureMLRegisterModelOperator",
     "AzureMLSubmitCommandJobOperator",
 ]
