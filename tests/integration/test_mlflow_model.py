@@ -8,8 +8,8 @@ through the real azure-ai-ml MLClient and real Airflow (``dag.test()``).
 
 from __future__ import annotations
 
-import ast
 import csv
+import io
 import shutil
 import time
 from collections.abc import Iterator
@@ -70,15 +70,16 @@ def test_example_dag_scores_every_row_once_with_the_mlflow_model(
     total = 0
     for part in parts:
         lines = (emulator.datastore_path(f"scoring/output/{key}/{part.name}") / "predictions.csv").read_text()
-        rows = [ast.literal_eval(line) for line in lines.splitlines()]  # as Microsoft's docs read it back
+        # as Microsoft's notebook reads it back: no header, the columns row, prediction, file name
+        rows = pd.read_csv(io.StringIO(lines), names=["row", "prediction", "file"], header=None)
         scored: list[str] = []
         for path in sorted(part.glob("*.csv")):
             ids = [r["row_id"] for r in csv.DictReader(path.read_text().splitlines())]
-            mine = [prediction for file_name, prediction in rows if file_name == path.name]
-            assert len(mine) == len(ids), path.name  # one line per input row, no more, no less
-            # the model's own predictions, in the file's order (the row number matches the row id)
-            assert mine == model.predict(pd.read_csv(path)).tolist(), path.name
-            scored += ids
+            mine = rows[rows["file"] == path.name].sort_values("row", kind="stable")
+            assert mine["row"].tolist() == list(range(len(ids))), path.name  # each input row once, no more
+            # the model's own predictions, row by row (the row number matches the row id)
+            assert mine["prediction"].tolist() == model.predict(pd.read_csv(path)).tolist(), path.name
+            scored += [ids[k] for k in mine["row"]]
         assert len(rows) == len(scored) == len(set(scored)) == 6 * 25
         total += len(rows)
     assert total == 4 * 6 * 25

@@ -13,9 +13,15 @@ batch deployments*, "Considerations when deploying to batch inference"; docs/emu
   the signature's types ("Input's data types are enforced ... while reading the data"), without one no
   typing is enforced. A file that cannot be read or scored fails its mini-batch with
   ``Error processing input file: '<path>'. Exception: <error>``, the documented message.
-- Output: one line per input row, in the file's order, with two columns, the file name and the
-  prediction "as-is" from ``predict()``. The documentation reads the file back with ``ast.literal_eval``
-  ("may not be a regular CSV file"), so each line is a Python literal ``['<file>', <prediction>]``.
+- Output: one line per input row, in the file's order, with no header and three columns in this order
+  (Microsoft Learn, *Deploy MLflow models in batch deployments*, "Analyze outputs", as of 2026-12: source
+  MicrosoftDocs/azure-ai-docs, articles/machine-learning/how-to-mlflow-batch.md): ``row``, the row's index
+  in its input file (0 for the first data row; documented as optional, present for tabular input, which
+  is all the emulator scores), ``prediction``, "as-is" from ``predict()``, and ``file_name``, the input
+  file's name. The documentation's own notebook reads it with
+  ``pd.read_csv(path, names=["row", "prediction", "file"])``, so each line is a CSV record:
+  ``0,1,part-0000.csv``. A prediction that is not a single value (a row of a DataFrame, an array) is
+  written as JSON in one quoted field: Microsoft does not document that case's text.
 
 Which file types a job may hold is checked by the runner before the first mini-batch (an unsupported
 file fails the job, as documented); images are documented but not emulated.
@@ -23,6 +29,8 @@ file fails the job, as documented); images are documented but not emulated.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -78,6 +86,12 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+def _field(value: Any) -> Any:
+    """A prediction as one CSV field: a single value as itself, anything else as JSON."""
+    value = _plain(value)
+    return json.dumps(value) if isinstance(value, (list, dict)) else value
+
+
 def run(mini_batch: list[str]) -> list[str]:
     lines: list[str] = []
     for path in mini_batch:
@@ -92,5 +106,8 @@ def run(mini_batch: list[str]) -> list[str]:
         else:
             values = list(predictions)
         name = os.path.basename(path)
-        lines.extend(repr([name, _plain(value)]) for value in values)
+        for row, value in enumerate(values):
+            buffer = io.StringIO()
+            csv.writer(buffer, lineterminator="").writerow([row, _field(value), name])
+            lines.append(buffer.getvalue())
     return lines
