@@ -20,7 +20,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip==26.3"
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,azure-storage]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -93,3 +93,23 @@ def register_example_model(emulator: Emulator) -> None:
         }
     }
     emulator.call(lambda: emulator.workspace.put_model_version(name, version, body))
+
+
+def read_twice_since(requests: Iterable[dict[str, Any]], job: str, cluster: str, since: float) -> bool:
+    """In an emulator request log: two rounds of a read of job ``job`` (its GET, or a LIST) then a read of
+    ``cluster``, all after ``since``.
+
+    One round may not be the wait's own gauge sample: the wait may have used a shared reading taken before
+    it saw the job Running (and rejected it), or the compute read may have been another wait's. The second
+    round leaves no such doubt. A compute read alone is not a sample: waits also read the compute for the
+    bill while a job is queued.
+    """
+    rounds, want_job = 0, True
+    for r in requests:
+        if r["t"] <= since or r["method"] != "GET":
+            continue
+        if want_job and r["path"].endswith((f"/jobs/{job}", "/jobs")):
+            want_job = False
+        elif not want_job and r["path"].endswith(f"/computes/{cluster}"):
+            rounds, want_job = rounds + 1, True
+    return rounds >= 2

@@ -56,7 +56,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     """Submit one job per unit of work, wait for it (polling or deferred), resubmit preemptions.
 
     Exactly once: the unit of work is identified by the work itself (``work_identity``: for a batch
-    invoke the endpoint, deployment, rendered inputs and outputs), or by ``job_identity`` when given.
+    invoke the endpoint, deployment, rendered inputs and outputs) in the DAG run's data interval, or by
+    ``job_identity`` when given.
     Every job carries the unit key and its resubmission number as job properties (and tags where
     the API allows), so a later try finds the unit's jobs with one filtered LIST before it submits
     anything, whatever name Azure gave them. The requested names ``<dag>-<task>-<key>-r<n>`` are
@@ -278,7 +279,22 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def _unit_key(self) -> str:
         if self.job_identity:
             return naming.work_key(self.dag_id, self.task_id, self.job_identity)
-        return naming.unit_key(self.dag_id, self.task_id, self.work_identity())
+        identity = self.work_identity()
+        interval = self._data_interval()
+        if interval is not None:
+            identity = {**identity, "data_interval": interval}
+        return naming.unit_key(self.dag_id, self.task_id, identity)
+
+    def _data_interval(self) -> list[str] | None:
+        """The DAG run's data interval, part of the default unit key: the same inputs in another interval
+        are other work, so a fixed input path (``latest/``) is scored again each interval instead of getting
+        the first interval's job back. A re-run, clear or backfill of the interval keeps it; a run without a
+        data interval (a manual trigger without a logical date) is keyed by the work alone."""
+        context = self._context or {}
+        bounds = [context.get("data_interval_start"), context.get("data_interval_end")]
+        if any(bound is None for bound in bounds):
+            return None
+        return [bound.isoformat() if hasattr(bound, "isoformat") else str(bound) for bound in bounds]
 
     def _name(self, state: ResubmissionState, n: int) -> str:
         return naming.job_name(self.dag_id, self.task_id, state.key, n)

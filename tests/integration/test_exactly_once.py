@@ -22,7 +22,7 @@ import pytest
 from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
-from tests.helpers import PREEMPTION_WINDOW, when_running
+from tests.helpers import PREEMPTION_WINDOW, read_twice_since, when_running
 from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
 
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
@@ -46,12 +46,14 @@ def run_case(workspace: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     failures = tmp_path / "failures.jsonl"
     monkeypatch.setenv("AZUREML_TEST_FAILURES", str(failures))
 
-    def run(case: dict[str, Any] | None = None, dag_run: Any = None) -> tuple[Any, list[dict[str, str]]]:
+    def run(
+        case: dict[str, Any] | None = None, dag_run: Any = None, logical_date: Any = LOGICAL
+    ) -> tuple[Any, list[dict[str, str]]]:
         """A new DAG run of the invoke case; with ``dag_run``, a person clears its task and it runs again."""
         monkeypatch.setenv("AZUREML_TEST_CASE", json.dumps(case or {}))
         failures.unlink(missing_ok=True)
         dag = load_dag("azureml_operator_cases.py", "azureml_invoke_case")
-        result = dag.test(logical_date=LOGICAL) if dag_run is None else clear_and_rerun(dag, dag_run)
+        result = dag.test(logical_date=logical_date) if dag_run is None else clear_and_rerun(dag, dag_run)
         recorded = [json.loads(line) for line in failures.read_text().splitlines()] if failures.exists() else []
         return result, recorded
 
@@ -159,20 +161,8 @@ def gauge_read_while_running(emulator: Emulator, job: Any) -> bool:
 
 
 def gauge_read_twice_since(emulator: Emulator, name: str, since: float) -> bool:
-    """Two rounds of a read of job ``name`` (its GET, or a LIST) then a read of the cluster, after ``since``.
-
-    One round may not be the wait's own sample: it may have used a shared reading taken before it saw the
-    job Running (and rejected it), or the compute read may have been another wait's. The second round
-    leaves no such doubt."""
-    rounds, want_job = 0, True
-    for r in emulator.requests():
-        if r["t"] <= since or r["method"] != "GET":
-            continue
-        if want_job and r["path"].endswith((f"/jobs/{name}", "/jobs")):
-            want_job = False
-        elif not want_job and r["path"].endswith(f"/computes/{CLUSTER}"):
-            rounds, want_job = rounds + 1, True
-    return rounds >= 2
+    """The wait of job ``name`` read it, then the cluster, twice over since ``since`` (``read_twice_since``)."""
+    return read_twice_since(emulator.requests(), name, CLUSTER, since)
 
 
 def every_running_job_sampled(emulator: Emulator, _job: Any) -> bool:
@@ -428,6 +418,27 @@ def test_default_identity_is_the_work_not_the_map_index(workspace: Emulator, run
     assert str(run.state) == "success", failures
     assert xcom_value(run, "invoke")["job_name"] == first["job_name"]
     assert len(workspace.jobs()) == 2
+
+
+def test_a_fixed_input_path_is_scored_once_per_data_interval(workspace: Emulator, run_case) -> None:
+    """The case's input is one fixed folder (as ``latest/`` would be): the next interval's run scores it again
+    instead of getting the first interval's completed job back, and a re-run of either interval submits
+    nothing. (Seen failing first: the second interval returned the first interval's job and scored nothing.)"""
+    latest = {"inputs": {"heart_dataset": f"azureml://datastores/workspaceblobstore/paths/{INPUT}/"}}
+    run, failures = run_case(latest)
+    assert str(run.state) == "success", failures
+    first = xcom_value(run, "invoke")["job_name"]
+    next_interval = LOGICAL.add(days=1)
+    run, failures = run_case(latest, logical_date=next_interval)
+    assert str(run.state) == "success", failures
+    second = xcom_value(run, "invoke")["job_name"]
+    assert second != first, "the next interval got the first interval's job back: its data was never scored"
+    for again in (LOGICAL, next_interval):  # re-runs of finished intervals: their own completed jobs
+        run, failures = run_case(latest, logical_date=again)
+        assert str(run.state) == "success", failures
+        assert xcom_value(run, "invoke")["job_name"] == (first if again == LOGICAL else second)
+    assert [j.status for j in workspace.jobs()] == ["Completed", "Completed"]
+    assert len(prediction_ids(workspace, first)) == len(prediction_ids(workspace, second)) == 100
 
 
 def test_budget_belongs_to_one_run_of_the_task(workspace: Emulator, run_case) -> None:

@@ -328,7 +328,8 @@ def test_retry_reattaches_instead_of_resubmitting(workspace: Emulator, run_case)
         def xcom_push(key: str, value: Any) -> None:
             pushed[key] = value
 
-    again = op.execute({"ti": RetryTaskInstance(), "run_id": run.run_id})
+    interval = {"data_interval_start": run.data_interval_start, "data_interval_end": run.data_interval_end}
+    again = op.execute({"ti": RetryTaskInstance(), "run_id": run.run_id, **interval})  # a retry's context has them
     assert again["job_name"] == first["job_name"] and again["job_names"] == first["job_names"]
     assert len(workspace.jobs()) == 1
     assert pushed["azureml_studio_job_url"].endswith(first["job_name"])

@@ -5,8 +5,8 @@ drift from what is tested), given a made-up account, and put behind the example 
 ``example_partitions.storage`` with the page's ``AZUREML_DATASTORE_ROOT``. The filesystem Airflow then builds
 (apache-airflow-providers-microsoft-azure's ``abfs`` handler, adlfs's ``AzureBlobFileSystem``) must talk to
 ``https://<account>.blob.core.windows.net/``. Only the clients are built: no network call (azure-identity
-credentials and the storage client connect on first use). Skipped where the ``[azure-storage]`` extra is not
-installed.
+credentials and the storage client connect on first use). ``make test`` installs the ``[azure-storage]``
+extra, so it runs there; the Airflow 3.1/3.2 venvs (``make test-versions``) do not install it and skip it.
 """
 
 from __future__ import annotations
