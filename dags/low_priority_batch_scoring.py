@@ -77,7 +77,7 @@ FALLBACK_DEPLOYMENT = example_partitions.config_name(CONFIG / "deployment-dedica
 # The datastore folder the MLflow model (azureml/model/) is copied to and registered from (azureml/model.yml).
 MODEL_FOLDER = example_partitions.config_datastore_path(CONFIG / "model.yml")
 PREFIX = "scoring"
-# The infrastructure tasks (clusters, endpoint, deployments) of every run and DAG run in this pool of one
+# The infrastructure tasks (clusters, model version, endpoint, deployments) of every run and DAG run in this pool of one
 # slot, so that two runs, a backfill or another DAG never write the same endpoint at once. Create it once:
 # ``airflow pools set azureml_infrastructure 1 "Azure ML infrastructure writes, one at a time"``.
 INFRA_POOL = os.environ.get("AZUREML_INFRA_POOL", "azureml_infrastructure")
