@@ -55,6 +55,27 @@ UNIT_TAG = "airflow_azureml.unit"
 RESUBMISSION_TAG = "airflow_azureml.resubmission"
 
 
+# What the batch deployment ran when the job was submitted (``deployment_fingerprint``): a job that
+# completed with another model, code or environment than the deployment's now is not reused.
+DEPLOYMENT_RUNS_TAG = "airflow_azureml.deployment_runs"
+
+
+def deployment_fingerprint(deployment: dict[str, Any]) -> str:
+    """A short hash of what an ARM batch deployment runs: its model, code, scoring script and environment
+    (ids are versioned, so a new model version or re-uploaded code changes it; a description does not)."""
+    props = deployment.get("properties") or {}
+    model = props.get("model") or {}
+    code = props.get("codeConfiguration") or {}
+    runs = {
+        "model": model.get("assetId") or model.get("path") or model.get("jobId"),
+        "code": code.get("codeId"),
+        "scoring_script": code.get("scoringScript"),
+        "environment": props.get("environmentId"),
+        "environment_variables": props.get("environmentVariables") or {},
+    }
+    return work_key(json.dumps(runs, sort_keys=True, default=str))
+
+
 def job_markers(key: str, resubmission: int) -> dict[str, str]:
     """The properties (and tags) that let a later try find this job whatever name Azure gave it."""
     return {UNIT_TAG: key, RESUBMISSION_TAG: str(resubmission)}

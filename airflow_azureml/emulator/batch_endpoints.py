@@ -225,7 +225,9 @@ class BatchEndpointRoutes:
                 "scoringUri": f"{self.base_url}/inference/batch/{name}/jobs",
                 "swaggerUri": f"{self.base_url}/inference/batch/{name}/swagger.json",
                 "authMode": (ep.body.get("properties") or {}).get("authMode", "AADToken"),
-                "defaults": defaults,
+                # batch_endpoint.get: defaults.deploymentName is sent, and stays null unless set, even once
+                # the endpoint has deployments
+                "defaults": {"deploymentName": None, **defaults},
             },
             tenant_id=self.identity.tenant_id,
         )
@@ -267,9 +269,12 @@ class BatchEndpointRoutes:
         return web.json_response({"value": [self._deployment_json(ep, n) for (e, n) in self.ws.deployments if e == ep]})
 
     def _deployment_json(self, ep: str, name: str) -> dict[str, Any]:
-        return self.ws.deployments[(ep, name)].to_arm(
+        deployment = self.ws.deployments[(ep, name)]
+        variables = (deployment.body.get("properties") or {}).get("environmentVariables") or {}
+        return deployment.to_arm(
             f"{self.ws_id}/batchEndpoints/{ep}/deployments/{name}",
             f"{PROVIDER}/workspaces/batchEndpoints/deployments",
+            {"environmentVariables": variables},  # batch_deployment.get: an object, {} when none
             tenant_id=self.identity.tenant_id,
         )
 

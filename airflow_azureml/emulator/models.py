@@ -332,6 +332,9 @@ class Job:
                 }
         props["services"]["Studio"]["nodes"] = None
         props.setdefault("identity", None)  # command_job.get, batch_job.get: sent, null when not set
+        if self.job_type == "Command":
+            props.setdefault("codeId", None)  # command_job.get: sent, null for a job without code
+            props.setdefault("environmentVariables", {})  # command_job.get: an object, {} when none
         if self.job_type == "Pipeline":
             # batch_job.get: Azure's one recording (a job read while Preparing, then cancelled) has these
             # null; the emulator shows them filled, and the provider falls back to outputs.score.uri

@@ -428,6 +428,25 @@ class AzureMLHook(BaseHook):
                 self.log.warning("Transient Azure error (%s); retry %d in %.1fs", exc, watch.transient_errors, delay)
                 time.sleep(delay)
 
+    def deployment_runs(self, endpoint: str, deployment: str | None) -> str | None:
+        """The fingerprint of what a batch deployment runs now (``naming.deployment_fingerprint``); with no
+        deployment, the endpoint's default one. None when it cannot be read: the caller then keeps what it has."""
+        from airflow_azureml.naming import deployment_fingerprint
+
+        rest = self.rest()
+        try:
+            if not deployment:
+                found = self._with_transient_retries(lambda: rest.get_batch_resource(endpoint)) or {}
+                deployment = ((found.get("properties") or {}).get("defaults") or {}).get("deploymentName")
+                if not deployment:
+                    return None
+            name = deployment
+            document = self._with_transient_retries(lambda: rest.get_batch_resource(endpoint, name))
+        except AzureMLError as exc:
+            self.log.warning("Could not read batch deployment %s/%s: %s", endpoint, deployment, exc)
+            return None
+        return deployment_fingerprint(document) if document else None
+
     # ------------------------------------------------------------ batch invoke
     def invoke_batch_endpoint(
         self,

@@ -320,6 +320,14 @@ class RestClient(_ClientBase):
         except ResourceNotFound:
             return None
 
+    def get_batch_resource(self, endpoint: str, deployment: str | None = None) -> dict[str, Any] | None:
+        """A batch endpoint, or one of its deployments; None when it does not exist."""
+        relative = f"/batchEndpoints/{endpoint}" + (f"/deployments/{deployment}" if deployment else "")
+        try:
+            return self.request("GET", self.paths.url(relative), what=f"GET {relative.lstrip('/')}")
+        except ResourceNotFound:
+            return None
+
     def history_base(self) -> str:
         if self._history_base is None:
             workspace = self.request("GET", self.paths.url(""), what="GET workspace")

@@ -416,6 +416,9 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         return "fallback_deployment"
 
     def submit_job(self, context: Any, name: str, fallback: str | None, markers: dict[str, str]) -> str | None:
+        runs = self.hook.deployment_runs(self.endpoint_name, fallback or self.deployment_name)
+        if runs is not None:  # what the deployment runs now: a later run reuses the job only while it still does
+            markers = {**markers, naming.DEPLOYMENT_RUNS_TAG: runs}
         return self.hook.invoke_batch_endpoint(
             endpoint_name=self.endpoint_name,
             deployment_name=fallback or self.deployment_name,
@@ -428,6 +431,20 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             output_file_name=self.output_file_name,
             properties=markers,
         )
+
+    def superseded_by(self, snapshot: JobSnapshot) -> str | None:
+        """The deployment the job ran on now runs another model, code or environment than when it was
+        submitted (``naming.DEPLOYMENT_RUNS_TAG``): a model update followed by a re-run or a clear of an
+        interval scores it again. A job without the record (Azure dropped its properties) is reused."""
+        ran = snapshot.properties.get(naming.DEPLOYMENT_RUNS_TAG)
+        if not ran:
+            return None
+        deployment = snapshot.tags.get("azureml.deploymentname") or self.deployment_name
+        now = self.hook.deployment_runs(self.endpoint_name, deployment)
+        if now is None or now == ran:
+            return None
+        where = f"{self.endpoint_name}/{deployment or 'default'}"
+        return f"batch deployment {where} now runs another model, code or environment"
 
     def carries_unit(self, arm_job: dict[str, Any]) -> bool:
         """A batch job is this unit's when Azure's own record of it matches: the endpoint

@@ -2,54 +2,41 @@
 
 Subclasses say what the work is (``work_identity``) and how to submit one job (``submit_job``). The
 lifecycle is decided in ``airflow_azureml.lifecycle`` (pure: a state and an observation in, actions
-out); this class gathers the observations and carries out the actions. Its collaborators: the unit's
-jobs in Azure (``job_chain``), the spot cluster's history and policy (``job_spot``), the bill
-(``job_cost``).
+out); this class gathers the observations and hands the actions to ``job_actions.ActionRunner``, which
+carries them out. The other collaborators: the shared settings' checks (``job_settings``), the unit's
+jobs in Azure (``job_chain``), the exactly-once submit and the unit journal (``job_submit``), the spot
+cluster's history and policy (``job_spot``), the Studio links and verdicts shown (``job_report``), the
+bill (``job_cost``).
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import time
-from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import compat, lifecycle, naming
 from airflow_azureml.compat import conf
-from airflow_azureml.exceptions import (
-    AzureMLConfigError,
-    AzureMLError,
-    AzureMLJobPreemptedError,
-    AzureMLJobQueueTimeoutError,
-)
+from airflow_azureml.exceptions import AzureMLConfigError, AzureMLError, AzureMLJobQueueTimeoutError
 from airflow_azureml.lifecycle import Decision, Limits, ResubmissionState
 from airflow_azureml.links.studio import AzureMLStudioJobLink, AzureMLStudioPreviousJobLink
-from airflow_azureml.operators import job_cost
+from airflow_azureml.operators import job_actions, job_cost, job_report, job_settings, job_submit
 from airflow_azureml.operators.base import AzureMLBaseOperator
-from airflow_azureml.operators.job_chain import JobChain, refused
+from airflow_azureml.operators.job_chain import JobChain
+from airflow_azureml.operators.job_settings import check_count as check_count  # re-exported: importable from here
 from airflow_azureml.operators.job_spot import SpotCluster
-from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, exception_for
+from airflow_azureml.outcomes import Classification, GaugeEvidence, JobSnapshot, Outcome
 
 if TYPE_CHECKING:
     from airflow_azureml.unit_journal import UnitJournal
 
-__all__ = ["AzureMLJobOperatorBase", "check_count"]  # the re-exported names are documented where they live
+__all__ = ["AzureMLJobOperatorBase"]  # the re-exported names are documented where they live
 
 # task_state_store key (one row per DAG run, task and map index; retries and clears share it).
 # Renaming it breaks in-flight retries.
 STATE_KEY = "azureml_job"
-VERDICT_XCOM_KEY = "azureml_verdict"
+VERDICT_XCOM_KEY = job_report.VERDICT_XCOM_KEY
 COST_XCOM_KEY = job_cost.COST_XCOM_KEY
-
-
-def check_count(label: str, value: Any, meaning: str) -> None:
-    """A whole number >= 0: ``2.5`` or ``True`` would silently become another budget (``True`` is 1)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AzureMLConfigError(f"{label} must be a whole number >= 0 ({meaning}), got {value!r}.")
-    if value < 0:
-        raise AzureMLConfigError(f"{label} must be >= 0 ({meaning}), got {value}.")
 
 
 class AzureMLJobOperatorBase(AzureMLBaseOperator):
@@ -122,6 +109,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """
         return False
 
+    def superseded_by(self, snapshot: JobSnapshot) -> str | None:
+        """Asked of a unit's completed job that an earlier try or another DAG run saw end: why its result is
+        no longer this work's (what runs it changed since), or None to reuse it."""
+        return None
+
     def fallback_target(self) -> str | None:
         """Where the work goes when spot does not pay (a deployment for batch, a compute for command jobs)."""
         return None
@@ -130,54 +122,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """Before a unit's first job: the fallback exists and runs on dedicated compute (else a config error)."""
 
     def _check_dedicated(self, compute: str | None, what: str) -> None:
-        from airflow_azureml.specs import short_name
-
-        name = short_name(compute or "")
-        facts = self.hook.compute_facts(name) if name else None
-        if facts is None:
-            raise AzureMLConfigError(f"{what} runs on compute {compute!r}, which does not exist in the workspace.")
-        if facts.low_priority:
-            raise AzureMLConfigError(
-                f"{what} runs on compute {name!r}, a low-priority cluster: a fallback from spot must be dedicated."
-            )
+        job_settings.check_dedicated(self.hook, compute, what)
 
     def validate(self) -> None:
         """Check the input without Azure; subclasses extend. Runs before any API call."""
-        from airflow_azureml.specs import check_seconds  # not at DAG parse
-
-        if self.max_queue_time not in (None, ""):
-            seconds = check_seconds("max_queue_time", self.max_queue_time)  # may arrive rendered; never nan/inf
-            self.polling = replace(self.polling, max_queue_time=seconds)
-        check_count("max_resubmits", self.max_resubmits, "resubmissions of preempted jobs per run of the task")
-        if self.on_ambiguous_cancel not in ("fail", "resubmit"):
-            raise AzureMLConfigError(
-                f"on_ambiguous_cancel must be 'fail' or 'resubmit', got {self.on_ambiguous_cancel!r}: what a cancel "
-                "that no witness tells from lost capacity means (docs/operators.md)."
-            )
-        wait = self.evidence_wait
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
-            raise AzureMLConfigError(f"evidence_wait must be a finite number of seconds >= 0, got {wait!r}.")
-        from airflow_azureml.hooks.prices import check_manual_prices
-
-        self._manual_prices = check_manual_prices(self.prices, f"Task {self.task_id!r}: prices")
-        check_count("loop_after", self.loop_after, "preemptions resubmitted at once before backing off")
-        backoff = self.resubmit_backoff
-        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not math.isfinite(backoff):
-            raise AzureMLConfigError(f"resubmit_backoff must be a finite number of seconds >= 0, got {backoff!r}.")
-        if backoff < 0:
-            raise AzureMLConfigError("resubmit_backoff must be >= 0 seconds.")
-        if self.fallback_after is not None:
-            if isinstance(self.fallback_after, bool) or not isinstance(self.fallback_after, int):
-                raise AzureMLConfigError("fallback_after must be an integer >= 1 (preemptions before falling back).")
-            if self.fallback_after < 1:
-                raise AzureMLConfigError("fallback_after must be >= 1 (preemptions before falling back).")
-            if self.fallback_target() is None:
-                raise AzureMLConfigError(f"fallback_after needs a fallback: {self._fallback_argument()}.")
-            if self.fallback_after > self.max_resubmits:
-                raise AzureMLConfigError(
-                    f"fallback_after={self.fallback_after} can never fire with max_resubmits={self.max_resubmits}: "
-                    "the budget ends the chain first."
-                )
+        self.polling = job_settings.with_max_queue_time(self.polling, self.max_queue_time)
+        self._manual_prices = job_settings.check_settings(self)
 
     def result(self, state: ResubmissionState, snapshot: JobSnapshot, verdict: Classification) -> dict[str, Any]:
         return {
@@ -193,15 +143,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     # ---------------------------------------------------------- collaborators
     def _limits(self) -> Limits:
-        return Limits(
-            max_resubmits=self.max_resubmits,
-            loop_after=self.loop_after,
-            resubmit_backoff=float(self.resubmit_backoff),
-            fallback=self.fallback_target(),
-            deferrable=bool(self.deferrable),
-            on_ambiguous_cancel="resubmit" if self.on_ambiguous_cancel == "resubmit" else "fail",
-            evidence_wait=float(self.evidence_wait),
-        )
+        return job_settings.limits(self)
 
     @property
     def _chain(self) -> JobChain:
@@ -211,31 +153,13 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     def _journal(self, key: str) -> UnitJournal | None:
         """The unit's journal (``unit_journal``), one per task process; None where no container is known."""
-        cached = self.__dict__.get("_unit_journal")
-        if cached is None or cached[0] != key:
-            try:
-                journal = self.hook.unit_journal(key)
-            except Exception as exc:  # a safety net: never fail a task over it
-                self.log.warning("No unit journal (%s); a lost task state relies on Azure's LIST.", type(exc).__name__)
-                journal = None
-            cached = self.__dict__["_unit_journal"] = (key, journal)
-        return cached[1]
+        return job_submit.unit_journal(self.hook, key, self.__dict__, self.log)
 
     def _recall_journal(self, state: ResubmissionState) -> None:
         """The task state knows no job of this unit: the journal may (Airflow 3.1/3.2, a lost or new record)."""
-        journal = self._journal(state.key)
-        record = journal.load() if journal is not None else None
-        if record is None or not (record.jobs or record.submitting):
-            return
-        self._journaled = dict(record.jobs)
-        if record.submitting and state.submitting is None:
-            state.submitting = dict(record.submitting)
-        self.log.info(
-            "The unit journal %s knows jobs %s%s.",
-            journal.blob.where if journal is not None else "",
-            record.names() or "none",
-            f" and a submit of resubmission {record.submitting['n']} that did not return" if record.submitting else "",
-        )
+        journaled = job_submit.recall_journal(self._journal(state.key), state, self.log)
+        if journaled is not None:
+            self._journaled = journaled
 
     def _spot(self) -> SpotCluster:
         """The spot cluster's history and policy, with this operator's settings as they are now."""
@@ -353,10 +277,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     ) -> dict[str, Any]:
         """Until the unit of work succeeds or fails for good: decide, submit, wait (here or deferred)."""
         if snapshot is not None and not watched:
-            self._persist_links(context, state, snapshot.name)
+            job_report.persist_links(self.hook, context, state, snapshot.name, self.log)
         while True:
             if snapshot is None:
-                self._submit(context, state)
+                self._actions(context).submit(state)
             elif snapshot.terminal:
                 outcome = self._decide(context, state, snapshot, watched=watched, gauge=gauge)
                 if outcome is not None:
@@ -396,8 +320,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         decision, verdict = lifecycle.verdict(state, snapshot, gauge, activity)
         self._apply(context, state, decision)
         if not judged_before:
-            self._report(context, snapshot, verdict)
-        decision = lifecycle.on_end(state, snapshot.name, verdict, self._limits(), watched=watched, now=time.time())
+            job_report.report_verdict(context, snapshot, verdict, self.log)
+        superseded = self.superseded_by(snapshot) if verdict.outcome is Outcome.SUCCEEDED and not watched else None
+        decision = lifecycle.on_end(
+            state, snapshot.name, verdict, self._limits(), watched=watched, now=time.time(), superseded=superseded
+        )
         return self._apply(context, state, decision, snapshot, verdict)
 
     def _wait_current(self, context: Any, state: ResubmissionState) -> tuple[JobSnapshot, GaugeEvidence | None]:
@@ -447,7 +374,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         )
         if decision.use_fallback:
             inputs = {"job": job_name, "reason": decision.reason, "wait": message, **decision.inputs}
-            self._move_to_fallback(context, state, True, decision.rule, inputs)
+            self._actions(context).move_to_fallback(state, True, decision.rule, inputs)
             last_try = False
         else:
             ti = context["ti"]
@@ -464,6 +391,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self._apply(context, state, decided)
 
     # ------------------------------------------------------ carrying out actions
+    def _actions(self, context: Any) -> job_actions.ActionRunner:
+        """What carries out the lifecycle's actions in this try (``job_actions``)."""
+        return job_actions.ActionRunner(self, context)
+
     def _apply(
         self,
         context: Any,
@@ -472,89 +403,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         snapshot: JobSnapshot | None = None,
         verdict: Classification | None = None,
     ) -> dict[str, Any] | None:
-        """Carry out the decision's actions in order; a ``Finish`` returns the result.
-
-        The decision's changes to the state take effect at its ``Remember`` actions, and only the fields
-        it changed: what a collaborator changed meanwhile (``recorded``, ``usage``) stays.
-        """
-        for action in decision.actions:
-            if isinstance(action, lifecycle.Log):
-                self.log.log(action.level, "%s", action.message)
-            elif isinstance(action, lifecycle.Remember):
-                for name, value in action.changes:
-                    setattr(state, name, value)
-                self._remember(context, state)
-            elif isinstance(action, lifecycle.Cancel):
-                self._cancel(action)
-            elif isinstance(action, lifecycle.Record):
-                if action.kind == "ended":
-                    self._spot().close(state, action.job)
-                else:
-                    self._spot().record(state, action.job, preempted=action.kind == "preempted")
-            elif isinstance(action, lifecycle.CheckFallback):
-                self.check_fallback()  # before the unit's first job: a missing fallback fails now, not after paying
-            elif isinstance(action, lifecycle.AskSpotPolicy):
-                answer = self._spot().decide(state, snapshot if action.after else None)
-                self._move_to_fallback(context, state, answer.use_fallback, answer.rule, answer.log_inputs())
-            elif isinstance(action, lifecycle.Resubmit):  # a continuation: the decision's last action
-                then = lifecycle.resubmit(state, action.job, action.reason, self._limits())
-                return self._apply(context, state, then, snapshot, verdict)
-            elif isinstance(action, lifecycle.CheckDuplicate):  # a continuation too
-                assert snapshot is not None
-                kept = self._chain.kept_instead(state, snapshot)
-                then = lifecycle.after_cancel(
-                    state,
-                    action.job,
-                    watched=action.watched,
-                    kept_instead=kept,
-                    limits=self._limits(),
-                    resubmit=action.resubmit,
-                    now=time.time(),
-                )
-                return self._apply(context, state, then, snapshot, verdict)
-            elif isinstance(action, lifecycle.BackOff):
-                self._back_off(action)
-            elif isinstance(action, lifecycle.Submit):
-                new = self._submit(context, state, decided=action.decided)
-                if action.after:
-                    self.log.warning(
-                        "Resubmitted preempted job: reason=%r old=%s new=%s resubmission=%d/%d",
-                        action.reason,
-                        action.after,
-                        new,
-                        state.preemptions,
-                        self.max_resubmits,
-                    )
-            elif isinstance(action, lifecycle.Finish):
-                assert snapshot is not None and verdict is not None
-                result = self.result(state, snapshot, verdict)
-                self.log.info("Job %s completed: %s", snapshot.name, result)
-                return result
-            elif isinstance(action, lifecycle.Raise):
-                raise self._error(action, snapshot, verdict)
-            # lifecycle.Wait: the loop waits for the chain's newest job
-        return None
-
-    def _error(
-        self, action: lifecycle.Raise, snapshot: JobSnapshot | None, verdict: Classification | None
-    ) -> Exception:
-        if action.kind == "queue_timeout":
-            return AzureMLJobQueueTimeoutError(action.message, job_name=action.job)
-        assert snapshot is not None and verdict is not None
-        if action.kind == "budget_spent":
-            return AzureMLJobPreemptedError(action.message, job_name=action.job, status=snapshot.status)
-        return exception_for(snapshot, verdict)
-
-    def _cancel(self, action: lifecycle.Cancel) -> None:
-        if not action.tolerant:
-            self.hook.cancel_job(action.job)
-            return
-        try:
-            self.hook.cancel_job(action.job)
-        except Exception as exc:
-            from airflow_azureml.redaction import scrub
-
-            self.log.warning("Could not cancel job %s: %s", action.job, scrub(str(exc)))
+        """Carry out the decision's actions in order (``ActionRunner.apply``); a ``Finish`` returns the result."""
+        return self._actions(context).apply(state, decision, snapshot, verdict)
 
     def _back_off(self, action: lifecycle.BackOff) -> None:
         if action.in_triggerer:  # the back-off is spent in the triggerer, not in a worker slot
@@ -564,86 +414,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         else:
             time.sleep(action.seconds)
 
-    def _submit(self, context: Any, state: ResubmissionState, *, decided: bool = False) -> str:
-        """Submit the chain's next job, exactly once: the record of the submit is written before it is sent."""
-        before = lifecycle.before_submit(state, self._limits(), decided=decided)
-        self._apply(context, state, Decision(state, before))
-        n = state.next_resubmission
-        requested = self._name(state, n)
-        earlier = self._chain.of_unfinished_submit(state, n, self.polling.interval)
-        if earlier is not None:
-            self._record_submitted(context, state, n, earlier)
-            return earlier
-        fallback = self.fallback_target() if state.fallback_rule else None
-        where = f" on the fallback {fallback} ({state.fallback_rule})" if fallback else ""
-        self.log.info("Submitting job %s (resubmission %d)%s.", requested, n, where)
-        journal = self._journal(state.key)
-        if journal is not None:
-            journal.submitting(n, time.time())  # the record that outlives the task state
-        state.submitting = {"n": n, "at": time.time()}  # after the journal: its write does not age the record
-        self._remember(context, state)  # before the request: a crash from here on leaves this record
-        try:
-            name = self.submit_job(context, requested, fallback, naming.job_markers(state.key, n)) or requested
-        except Exception as exc:
-            # Refused (a 4xx that is not a timeout, conflict or throttle; bad input): no job exists, the next try
-            # must not wait for one. Otherwise the job may exist, created late in the call: the wait counts from now.
-            state.submitting = None if refused(exc) else {"n": n, "at": time.time()}
-            self._remember(context, state)
-            if journal is not None:
-                if state.submitting is None:
-                    journal.submitted(n, None)
-                else:
-                    journal.submitting(n, state.submitting["at"])  # re-dated, as the task state
-            raise
-        if name != requested:
-            name = self._chain.follow_returned(state, n, requested, name)
-        self._record_submitted(context, state, n, name)
-        return name
-
-    def _record_submitted(self, context: Any, state: ResubmissionState, n: int, name: str) -> None:
-        state.job_names.append(name)
-        state.next_resubmission = n + 1
-        state.submitting = None
-        self._remember(context, state)  # first thing after the submit returns
-        journal = self._journal(state.key)
-        if journal is not None:
-            journal.submitted(n, name)
-        self._persist_links(context, state, name)
-
-    def _persist_links(self, context: Any, state: ResubmissionState, current: str) -> None:
-        """The current job's Studio link, and every job of the chain's (the previous-job link reads them)."""
-        names = [n for n in state.job_names if n != current] + [current]
-        urls = [self.hook.studio_job_url(n) for n in names]
-        AzureMLStudioJobLink.persist(context, urls[-1], chain=urls)
-        if len(urls) > 1:
-            shown = ", ".join(url or name for url, name in zip(urls, names, strict=True))
-            self.log.info("The job chain in Studio, oldest first: %s", shown)
-
     def _fallback_argument(self) -> str:
         return "fallback_compute"
-
-    def _move_to_fallback(
-        self, context: Any, state: ResubmissionState, use_fallback: bool, rule: str, inputs: dict[str, Any]
-    ) -> bool:
-        """Log the policy's decision with its inputs; on a switch, persist it before anything is sent."""
-        self.log.log(
-            logging.WARNING if use_fallback else logging.INFO,
-            "Spot policy: %s (rule %s). Inputs: %s",
-            f"move to the fallback {self.fallback_target()}" if use_fallback else "stay on spot",
-            rule,
-            inputs,
-        )
-        self._apply(context, state, lifecycle.moved_to_fallback(state, use_fallback, rule))
-        return use_fallback
-
-    def _report(self, context: Any, snapshot: JobSnapshot, verdict: Classification) -> None:
-        """The verdict and its evidence, to the task log and to XCom."""
-        self.log.info(
-            "Job %s: %s (%s). Evidence: %s", snapshot.name, verdict.outcome.value, verdict.reason, verdict.evidence
-        )
-        ti = context.get("ti") if context is not None else None
-        if ti is not None and hasattr(ti, "xcom_push"):
-            ti.xcom_push(key=VERDICT_XCOM_KEY, value={"job_name": snapshot.name, **verdict.to_dict()})
 
     # ------------------------------------------------------------- the record
     @staticmethod
@@ -680,15 +452,4 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             # Airflow's would make the retry submit the next job whatever the Activity Log shows
             self.log.warning("Task killed while job %s had already ended; nothing to cancel.", state.current)
             return
-        self.log.warning("Task killed; cancelling Azure ML job %s.", state.current)
-        try:
-            state.record_airflow_cancel(state.current, time.time())
-            self._remember(self._context, state)
-        except Exception as exc:  # the cancel matters more than the record
-            self.log.error("Could not record the cancel of job %s: %s", state.current, type(exc).__name__)
-        try:
-            self.hook.cancel_job(state.current)
-        except Exception as exc:
-            from airflow_azureml.redaction import scrub
-
-            self.log.error("Could not cancel job %s: %s", state.current, scrub(str(exc)))
+        job_actions.cancel_on_kill(self.hook, state, lambda killed: self._remember(self._context, killed), self.log)

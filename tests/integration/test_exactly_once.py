@@ -441,6 +441,42 @@ def test_a_fixed_input_path_is_scored_once_per_data_interval(workspace: Emulator
     assert len(prediction_ids(workspace, first)) == len(prediction_ids(workspace, second)) == 100
 
 
+def test_a_model_update_scores_a_finished_interval_again_and_a_description_change_does_not(
+    workspace: Emulator, run_case
+) -> None:
+    """A re-run of a scored interval reuses its completed job while the deployment runs what it ran; after
+    the deployment moves to a new model version, the same re-run scores the interval again, once. (Seen
+    failing first: the re-run after the model update returned the old model's job.)"""
+    from airflow_azureml.hooks import AzureMLHook
+
+    def update_deployment(**changes: Any) -> None:
+        ml = AzureMLHook().get_conn()
+        deployment = ml.batch_deployments.get(DEPLOYMENT, endpoint_name=ENDPOINT)
+        for name, value in changes.items():
+            setattr(deployment, name, value)
+        ml.batch_deployments.begin_create_or_update(deployment).result()
+
+    run, failures = run_case()
+    assert str(run.state) == "success", failures
+    first = xcom_value(run, "invoke")["job_name"]
+    update_deployment(description="the same model, described anew")  # what runs is unchanged
+    run, failures = run_case()
+    assert str(run.state) == "success", failures
+    assert xcom_value(run, "invoke")["job_name"] == first and len(workspace.jobs()) == 1
+
+    workspace.register_model("heart-classifier", "2", scoring_module="airflow_azureml.emulator.scoring.heart")
+    update_deployment(model="azureml:heart-classifier:2")
+    run, failures = run_case()
+    assert str(run.state) == "success", failures
+    second = xcom_value(run, "invoke")["job_name"]
+    assert second != first, "the re-run after a model update returned the old model's job"
+    run, failures = run_case()  # and once only: the new model's job is reused from now on
+    assert str(run.state) == "success", failures
+    assert xcom_value(run, "invoke")["job_name"] == second
+    assert [j.status for j in workspace.jobs()] == ["Completed", "Completed"]
+    assert len(prediction_ids(workspace, second)) == 100
+
+
 def test_budget_belongs_to_one_run_of_the_task(workspace: Emulator, run_case) -> None:
     from airflow_azureml import compat
 

@@ -88,6 +88,25 @@ def test_on_end(state: ResubmissionState, outcome: Outcome, watched: bool, expec
 
 
 @pytest.mark.parametrize(
+    ("watched", "superseded", "expected"),
+    [
+        # a completed job another run or try saw end, whose deployment now runs another model: run it again
+        (False, "the deployment now runs model 2", [Record("a", "ended"), Submit()]),
+        (False, None, [Record("a", "ended"), Finish("a")]),
+        # the job this try submitted and watched is its result, whatever changed meanwhile
+        (True, "the deployment now runs model 2", [Record("a", "completed"), Finish("a")]),
+    ],
+)
+def test_a_completed_job_of_a_superseded_deployment(watched: bool, superseded: str | None, expected: list) -> None:
+    state = chain("a")
+    decision = lifecycle.on_end(
+        state, "a", ended(Outcome.SUCCEEDED), NO_FALLBACK, watched=watched, superseded=superseded
+    )
+    assert without_logs(decision) == expected
+    replayed(state, decision)
+
+
+@pytest.mark.parametrize(
     ("state", "watched", "kept", "expected"),
     [
         # a person's cancel is final for the try that watched it...
