@@ -49,3 +49,34 @@ def write_heart_csvs(folder: Path, *, files: int, rows_per_file: int, seed: int 
         written += rows_per_file
         tmp.replace(target)
     return written
+
+
+def scored_row_ids(predictions: str, inputs: dict[str, list[str]]) -> list[str]:
+    """The row id of every line of an ``append_row`` output (``predictions.csv``), in order.
+
+    Two shapes, both one CSV line per scored row, without a header (docs/azure.md, "The model"):
+
+    - the example's scoring script (``dags/azureml/score/score.py``): ``<file>,<row_id>,<probability>,<prediction>``;
+    - an MLflow model deployed without a scoring script: ``<row>,<prediction>,<file_name>``, where ``row`` is
+      the row's index in its input file (Microsoft Learn, *Deploy MLflow models in batch deployments*,
+      "Analyze outputs": "You can rely on the row number to match the corresponding prediction"). Row
+      ``k`` of a file is the k-th row id of that input file (``inputs``: file name -> its row ids in
+      order); a row beyond a file's rows, or of an unknown file, gets an id no input has.
+    """
+    ids: list[str] = []
+    for record in csv.reader(line for line in predictions.splitlines() if line.strip()):
+        if len(record) == 3 and record[0].isdigit():
+            k, file_name = int(record[0]), record[2]
+            rows = inputs.get(file_name, [])
+            ids.append(rows[k] if k < len(rows) else f"{file_name}#extra-{k}")
+        else:
+            ids.append(record[1])
+    return ids
+
+
+def input_row_ids(folder: Path) -> dict[str, list[str]]:
+    """``{file name: [row ids in file order]}`` of a local folder of input CSV files."""
+    return {
+        path.name: [row["row_id"] for row in csv.DictReader(path.read_text().splitlines())]
+        for path in sorted(folder.glob("*.csv"))
+    }

@@ -43,6 +43,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_azureml.operators.batch",
                     "airflow_azureml.operators.jobs",
                     "airflow_azureml.operators.kubernetes",
+                    "airflow_azureml.operators.models",
                 ],
             }
         ],

@@ -54,7 +54,7 @@ with DAG(CASE["dag_id"], schedule=None, start_date=pendulum.datetime(2026, 11, 1
     AzureMLInvokeBatchEndpointOperator(
         task_id="score",
         endpoint_name="heart-classifier-batch",
-        deployment_name="classifier-xgboost",
+        deployment_name="classifier-mlflow",
         inputs={"heart_dataset": "azureml://datastores/workspaceblobstore/paths/in/latency/"},
         outputs={"score": "azureml://datastores/workspaceblobstore/paths/out/" + CASE["dag_id"] + "/"},
         max_resubmits=CASE["preemptions"],

@@ -31,6 +31,7 @@ from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
     AzureMLCreateComputeClusterOperator,
     AzureMLInvokeBatchEndpointOperator,
+    AzureMLRegisterModelOperator,
     AzureMLSubmitCommandJobOperator,
 )
 
@@ -114,6 +115,17 @@ with DAG(
         task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml"), pool=INFRA_POOL
     )
 
+    @task
+    def publish_model() -> str:
+        """The committed MLflow model (azureml/model/), copied to where azureml/model.yml registers it from."""
+        return example_partitions.publish_model(
+            str(CONFIG / "model"), example_partitions.config_datastore_path(CONFIG / "model.yml")
+        )
+
+    register_model = AzureMLRegisterModelOperator(
+        task_id="register_model", model=str(CONFIG / "model.yml"), pool=INFRA_POOL
+    )
+
     @task(inlets=[RECORDS])
     def plan(**context: Any) -> list[dict[str, Any]]:
         """One invoke per partition the ETL announced; the job identity is the partition (exactly once)."""
@@ -146,6 +158,7 @@ with DAG(
         outlet_events[SCORED_INTERVAL].extra = {"outputs": outputs}
         return outputs
 
+    publish_model() >> register_model >> create_deployment
     create_cluster >> create_deployment >> score >> announce_interval(planned)
 
 

@@ -69,6 +69,17 @@ def config_name(yaml_file: Path, key: str = "name") -> str:
     return value
 
 
+def config_datastore_path(yaml_file: Path, key: str = "path") -> str:
+    """The datastore-relative folder an ``azureml://datastores/...`` URI in the az ml CLI YAML names (a model's
+    ``path``), so that where the example copies a model to and where it registers it from agree."""
+    from airflow_azureml.assets import parse_datastore_uri
+
+    parsed = parse_datastore_uri(config_name(yaml_file, key))
+    if parsed is None or parsed.datastore != DATASTORE or not parsed.path:
+        raise ValueError(f"{yaml_file}: {key} is not a folder on the datastore {DATASTORE}")
+    return parsed.path
+
+
 def retry_args(first_delay_seconds: float) -> dict[str, Any]:
     """Retries that outlast Azure's throttling and short outages: ``first_delay_seconds`` doubling (with
     Airflow's jitter) up to 30 minutes. Airflow 3.1 takes ``retry_exponential_backoff`` as a bool (base 2);
@@ -172,6 +183,23 @@ def write_partitions(prefix: str, interval: str, seed: int, partitions: int, fil
     return result
 
 
+def publish_model(local_folder: str, relative: str) -> str:
+    """Copy the model's files (``dags/azureml/model/``) to the datastore folder ``relative``; its URI.
+
+    The model version is registered from there (``dags/azureml/model.yml``): a datastore path works the
+    same on Azure and on the emulator, which cannot take the SDK's upload of a local folder (docs/emulator.md).
+    Idempotent: the same files again change nothing a registered version points at.
+    """
+    from pathlib import Path
+
+    target = storage(relative)
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(local_folder).iterdir()):
+        if path.is_file():
+            (target / path.name).write_bytes(path.read_bytes())
+    return datastore_uri(relative)
+
+
 # ------------------------------------------------------------------ checkpoints: verified partitions only
 def _state_path(p: dict[str, Any]) -> ObjectStoragePath:
     prefix, _, rest = p["output"].partition("/output/")
@@ -219,18 +247,23 @@ def pending(partitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return todo
 
 
-def _row_ids(p: dict[str, Any]) -> set[str]:
-    ids: set[str] = set()
-    for path in sorted(storage(p["input"]).glob("*.csv")):
-        ids |= {r["row_id"] for r in csv.DictReader(io.StringIO(path.read_text()))}
-    return ids
+def _input_rows(p: dict[str, Any]) -> dict[str, list[str]]:
+    """``{file name: row ids in file order}`` of a partition's input files."""
+    return {
+        path.name: [r["row_id"] for r in csv.DictReader(io.StringIO(path.read_text()))]
+        for path in sorted(storage(p["input"]).glob("*.csv"))
+    }
 
 
-def _scored(output: str) -> list[str]:
+def _scored(output: str, inputs: dict[str, list[str]]) -> list[str]:
+    """The row ids of the output's lines: the scoring script writes them, an MLflow model's lines are
+    matched to the input rows by position in their file (``scored_row_ids``)."""
+    from airflow_azureml.example_data import scored_row_ids
+
     path = storage(output) / "predictions.csv"
     if not path.exists():
         return []
-    return [line.split(",")[1] for line in path.read_text().splitlines() if line.strip()]
+    return scored_row_ids(path.read_text(), inputs)
 
 
 def report(
@@ -260,8 +293,9 @@ def report(
         state = checkpoint(p)
         attempt = int(state.get("attempt", 0))
         output = attempt_output(p, attempt)
-        inputs = _row_ids(p)
-        scored = _scored(output)
+        files = _input_rows(p)
+        inputs = {row_id for ids in files.values() for row_id in ids}
+        scored = _scored(output, files)
         rows_in += len(inputs)
         rows_scored += len(scored)
         outputs.append(str(storage(output) / "predictions.csv"))

@@ -38,6 +38,7 @@ from airflow_azureml.operators import (
     AzureMLAttachKubernetesComputeOperator,
     AzureMLCreateBatchDeploymentOperator,
     AzureMLInvokeBatchEndpointOperator,
+    AzureMLRegisterModelOperator,
     AzureMLSubmitCommandJobOperator,
 )
 from airflow_azureml.operators.kubernetes import AzureMLApplyInstanceTypesOperator
@@ -106,14 +107,26 @@ with DAG(
         kubeconfig="{{ kubeconfig_path() }}",
         pool=INFRA_POOL,
     )
+
     # [END howto_operator_apply_instance_types]
+    @task
+    def publish_model() -> str:
+        """The committed MLflow model (azureml/model/), copied to where azureml/model.yml registers it from."""
+        return example_partitions.publish_model(
+            str(CONFIG / "model"), example_partitions.config_datastore_path(CONFIG / "model.yml")
+        )
+
+    register_model = AzureMLRegisterModelOperator(
+        task_id="register_model", model=str(CONFIG / "model.yml"), pool=INFRA_POOL
+    )
     # [START howto_operator_create_batch_deployment_kubernetes]
     deploy = AzureMLCreateBatchDeploymentOperator(
         task_id="create_kubernetes_deployment",
         endpoint_name=ENDPOINT,
         name=DEPLOYMENT,
-        model="azureml:heart-classifier@latest",
-        # the example's own scoring script and environment, as in deployment.yml (row ids in its output)
+        model="azureml:heart-classifier-mlflow:1",  # the example's MLflow model (azureml/model.yml)
+        # the example's own scoring script and environment, as in deployment-custom-script.yml (row ids in
+        # its output)
         code_configuration={"code": str(CONFIG / "score"), "scoring_script": "score.py"},
         environment={
             "image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest",
@@ -189,5 +202,6 @@ with DAG(
     # [END howto_operator_submit_command_job]
 
     checked = report(extracted, planned, score.output)
+    publish_model() >> register_model >> deploy
     attach >> apply_types >> deploy >> extracted
     checked >> gpu_job

@@ -1,10 +1,11 @@
 """Score each data interval's heart-disease records on a low-priority (spot) Azure ML cluster.
 
 Steps:
-1. setup: create the low-priority cluster, a dedicated cluster with ``min_instances: 0`` (no
-   cost until used), the batch deployment on spot and its fallback, the same model on the
-   dedicated cluster (all idempotent, from the az ml CLI YAML in ``dags/azureml/``, as the Azure
-   docs show them);
+1. setup: register the example's MLflow model (a scikit-learn classifier, ``dags/azureml/model/``,
+   copied to the datastore first), create the low-priority cluster, a dedicated cluster with
+   ``min_instances: 0`` (no cost until used), the batch deployment on spot (the MLflow model with no
+   scoring script) and its fallback, the same model on the dedicated cluster (all idempotent, from
+   the az ml CLI YAML in ``dags/azureml/``, as the Azure docs show them);
 2. extract: write the interval's input as K partition folders of CSV files on the datastore;
 3. plan + score: one mapped invoke task per *unverified* partition. Partitions are the
    checkpoints: a partition is finished only once its job completed and the report verified
@@ -68,6 +69,7 @@ from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
     AzureMLCreateComputeClusterOperator,
     AzureMLInvokeBatchEndpointOperator,
+    AzureMLRegisterModelOperator,
     AzureMLSyncCapacityPoolOperator,
 )
 
@@ -77,8 +79,10 @@ CLUSTER = example_partitions.config_name(CONFIG / "low-pri-cluster.yml")
 ENDPOINT = example_partitions.config_name(CONFIG / "endpoint.yml")
 DEPLOYMENT = example_partitions.config_name(CONFIG / "deployment.yml")
 FALLBACK_DEPLOYMENT = example_partitions.config_name(CONFIG / "deployment-dedicated.yml")  # dedicated compute
+# The datastore folder the MLflow model (azureml/model/) is copied to and registered from (azureml/model.yml).
+MODEL_FOLDER = example_partitions.config_datastore_path(CONFIG / "model.yml")
 PREFIX = "scoring"
-# The infrastructure tasks (clusters, endpoint, deployments) of every run and DAG run in this pool of one
+# The infrastructure tasks (clusters, model version, endpoint, deployments) of every run and DAG run in this pool of one
 # slot, so that two runs, a backfill or another DAG never write the same endpoint at once. Create it once:
 # ``airflow pools set azureml_infrastructure 1 "Azure ML infrastructure writes, one at a time"``.
 INFRA_POOL = os.environ.get("AZUREML_INFRA_POOL", "azureml_infrastructure")
@@ -123,6 +127,17 @@ with DAG(
     create_dedicated = AzureMLCreateComputeClusterOperator(
         task_id="create_dedicated_cluster", compute=str(CONFIG / "dedicated-pool.yml"), pool=INFRA_POOL
     )
+
+    @task
+    def publish_model() -> str:
+        """Copy the committed MLflow model (azureml/model/) to the datastore folder it is registered from."""
+        return example_partitions.publish_model(str(CONFIG / "model"), MODEL_FOLDER)
+
+    # [START howto_operator_register_model]
+    register_model = AzureMLRegisterModelOperator(
+        task_id="register_model", model=str(CONFIG / "model.yml"), pool=INFRA_POOL
+    )
+    # [END howto_operator_register_model]
     # [START howto_operator_create_batch_deployment]
     create_deployment = AzureMLCreateBatchDeploymentOperator(
         task_id="create_batch_deployment", deployment=str(CONFIG / "deployment.yml"), pool=INFRA_POOL
@@ -224,5 +239,6 @@ with DAG(
 
     report(extracted, planned, score.output)
     # One deployment write at a time: both write the endpoint too.
+    publish_model() >> register_model >> create_deployment
     create_cluster >> create_deployment
     [create_deployment, create_dedicated] >> create_fallback >> extracted

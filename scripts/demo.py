@@ -440,7 +440,8 @@ def show(
         print(f"  finished checkpoints     {len(finished)} of {report['partitions']} partitions")
         output = datastore(demo) / PREFIX / "output" / report["interval"]
         print(f"  predictions              {output}/part-*/predictions.csv")
-        print("                           no header; columns file,row_id,probability,prediction (docs/example.md)")
+        print("                           one line per input row, ['<file>', <prediction>], in each file's order")
+        print("                           (the MLflow model's no-code output; docs/example.md)")
         show_bill(run_bill(demo, n, report), emulator_bill)
     print(f"  errors logged            {len(errors)}")
     for line in errors:

@@ -45,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False",
             # kubectl caches API discovery in ~/.kube/cache unless told otherwise
             "KUBECACHEDIR": str(_HOME / "kube-cache"),
+            # MLflow (tests that load the example model) would report usage and write ~/.config/mlflow
+            "MLFLOW_DISABLE_TELEMETRY": "true",
         }
     )
     # The example DAGs' retries start at 2 min (for Azure's throttling); a test's emulator answers at once.
@@ -166,7 +168,11 @@ def fresh_spot_histories() -> None:
 
 @pytest.fixture
 def emulator(tmp_path: Path) -> Iterator[Emulator]:
+    """An emulator with the example's MLflow model registered (as the example DAG's setup registers it)."""
+    from tests.helpers import register_example_model
+
     with Emulator(tmp_path / "emulator", timing=FAST) as emu:
+        register_example_model(emu)
         yield emu
 
 

@@ -73,6 +73,28 @@ def preempt(form: str = "canceled") -> Callable[[Emulator, str], object]:
     return action
 
 
+EXAMPLE_MODEL = ("heart-classifier-mlflow", "1", "models/heart-classifier-mlflow/1")
+
+
+def register_example_model(emulator: Emulator) -> None:
+    """What the example DAG's ``publish_model`` and ``register_model`` tasks do, done directly: the
+    committed MLflow model (dags/azureml/model/) on the datastore, registered as dags/azureml/model.yml says."""
+    import shutil
+    from pathlib import Path
+
+    name, version, folder = EXAMPLE_MODEL
+    source = Path(__file__).resolve().parents[1] / "dags" / "azureml" / "model"
+    shutil.copytree(source, emulator.datastore_path(folder), dirs_exist_ok=True)
+    body = {
+        "properties": {
+            "modelType": "mlflow_model",
+            "modelUri": f"azureml://datastores/workspaceblobstore/paths/{folder}/",
+            "description": "the example's MLflow model",
+        }
+    }
+    emulator.call(lambda: emulator.workspace.put_model_version(name, version, body))
+
+
 def read_twice_since(requests: Iterable[dict[str, Any]], job: str, cluster: str, since: float) -> bool:
     """In an emulator request log: two rounds of a read of job ``job`` (its GET, or a LIST) then a read of
     ``cluster``, all after ``since``.

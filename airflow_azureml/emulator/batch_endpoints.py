@@ -29,7 +29,7 @@ from airflow_azureml.emulator.azure_rules import (
 from airflow_azureml.emulator.computes import check_resource_name
 from airflow_azureml.emulator.errors import EmulatorError, method_not_allowed, not_found
 from airflow_azureml.emulator.models import TrackedResource, parse_duration_seconds, utcnow
-from airflow_azureml.emulator.registry import model_name_from_asset
+from airflow_azureml.emulator.registry import MLFLOW_TYPES, model_name_from_asset
 
 # Resource names as Azure ML documents them (as computes.COMPUTE_NAME; the provider keeps its own rules).
 ENDPOINT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]")
@@ -71,6 +71,8 @@ class BatchEndpointStore:
         if model_name and model_name not in self.models:
             raise EmulatorError(400, "UserError", f"Model {model_name!r} is not registered")
         code_configuration = props.get("codeConfiguration")
+        if model_name and not code_configuration:
+            self._check_no_code_model(model_name, asset)
         code_id = (code_configuration or {}).get("codeId")
         if code_id and self.codes.folder(code_id) is None:
             raise EmulatorError(400, "UserError", f"Code {code_id!r} was not found in the workspace")
@@ -104,12 +106,43 @@ class BatchEndpointStore:
         existing.modified = utcnow()
         return existing, False
 
-    def _is_mlflow(self, model_name: str, asset: str) -> bool:
-        """Whether the deployment's model (any registered version, or the one named) is an MLflow model."""
+    def _chosen_versions(self, model_name: str, asset: str) -> list[dict[str, Any]]:
+        """The version the deployment names, or (none named, or not found) every registered version."""
         versions = self.models.get(model_name) or {}
         version = asset.rsplit(":", 1)[-1] if asset.count(":") >= 2 else asset.rsplit("/versions/", 1)[-1]
-        chosen = [versions[version]] if version in versions else list(versions.values())
-        return any(str(v.get("modelType", "")).lower() in ("mlflow_model", "mlflowmodel") for v in chosen)
+        return [versions[version]] if version in versions else list(versions.values())
+
+    def _is_mlflow(self, model_name: str, asset: str) -> bool:
+        """Whether the deployment's model (any registered version, or the one named) is an MLflow model."""
+        chosen = self._chosen_versions(model_name, asset)
+        return any(str(v.get("modelType", "")).lower() in MLFLOW_TYPES for v in chosen)
+
+    def _check_no_code_model(self, model_name: str, asset: str) -> None:
+        """A deployment without a scoring script: only an MLflow model with a pyfunc flavour runs without one.
+
+        "Batch deployments only support deploying MLflow models with a pyfunc flavor" (Microsoft Learn,
+        *Deploy MLflow models in batch deployments*, "Flavor support"); any other model needs
+        ``code_configuration`` and an environment (*CLI (v2) batch deployment YAML schema*: "not required
+        if your model is in MLflow format"). Refused when written, not at the first job.
+        """
+        for version in self._chosen_versions(model_name, asset):
+            if str(version.get("modelType", "")).lower() not in MLFLOW_TYPES:
+                raise EmulatorError(
+                    400,
+                    "UserError",
+                    f"Model {model_name!r} is of type {version.get('modelType')!r}: a batch deployment without "
+                    "code_configuration (a scoring script) and an environment needs an MLflow model.",
+                )
+            flavors = version.get("flavors") or {}
+            if flavors and "python_function" not in flavors:
+                raise EmulatorError(
+                    400,
+                    "UserError",
+                    f"Model {model_name!r} has no python_function (pyfunc) flavor (it has "
+                    f"{', '.join(sorted(flavors))}): "
+                    "batch deployments only support deploying MLflow models with a pyfunc flavor; deploy another "
+                    "flavor with a scoring script.",
+                )
 
 
 @dataclass

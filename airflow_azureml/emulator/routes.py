@@ -92,7 +92,7 @@ class Routes(
         r.add_get(w + "/datastores/{name}", self.get_datastore)
         r.add_get(w + "/models/{name}", self.get_model_container)
         r.add_get(w + "/models/{name}/versions", self.list_model_versions)
-        r.add_get(w + "/models/{name}/versions/{version}", self.get_model_version)
+        r.add_route("*", w + "/models/{name}/versions/{version}", self.get_model_version)
         r.add_route("*", w + "/environments/{name}/versions/{version}", self.environment_version)
         r.add_get(
             "/subscriptions/{sub}/providers/" + PROVIDER + "/locations/{loc}/mfeOperationsStatus/{op}",

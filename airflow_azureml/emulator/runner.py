@@ -22,6 +22,29 @@ from airflow_azureml.emulator.models import NO_RESULT_MESSAGE, RUNNER_FAILED_MES
 from airflow_azureml.emulator.registry import model_name_from_asset, version_key
 from airflow_azureml.emulator.scoring.script import ScriptScorer
 
+MLFLOW_DRIVER = Path(__file__).parent / "scoring" / "_mlflow_driver.py"
+# Microsoft Learn, "Deploy MLflow models in batch deployments", "File's types support": what a no-code
+# MLflow deployment reads. The image types are documented but not emulated (docs/emulator.md).
+MLFLOW_TABULAR = (".csv", ".parquet", ".pqt")
+MLFLOW_IMAGES = (".png", ".jpg", ".jpeg", ".tiff", ".bmp", ".gif")
+
+
+def check_mlflow_input_files(files: list[str]) -> None:
+    """Azure: "any unsupported file that may be present in the input data will make the job to fail", with the
+    documented message; raised here, it ends the job Failed."""
+    for path in files:
+        suffix = Path(path).suffix.lower()
+        if suffix in MLFLOW_TABULAR:
+            continue
+        if suffix in MLFLOW_IMAGES:
+            raise RuntimeError(
+                f"Error processing input file: {Path(path).name!r}. The emulator does not score image files "
+                "with MLflow models (Azure does): use a scoring script."
+            )
+        kind = suffix.lstrip(".") or Path(path).name
+        raise RuntimeError(f"Error processing input file: {Path(path).name!r}. File type {kind!r} is not supported.")
+
+
 log = logging.getLogger(__name__)
 
 
@@ -100,11 +123,13 @@ class JobRunner:
                 mine = [n for n in compute.nodes if n.job_name == job.name]
             self._want_nodes(job, compute, settings.instance_count - len(mine))
             ready = [n for n in mine if n.state in ("idle", "running")]
-            if ready and scorer is None:
-                # init() runs on the nodes: an import error or a raising init() fails the job
-                scorer = await self._load_scorer(job, settings)
             if ready and job.status == "Queued":
                 self._now_running(job)
+            if ready and scorer is None:
+                # init() runs on the nodes of a Running job (loading an MLflow model takes seconds): an
+                # import error or a raising init() fails the job
+                scorer = await self._load_scorer(job, settings, files)
+                continue  # the nodes may have gone while init() ran: look at them again before any work
             # evicted nodes: put their unfinished mini-batches back in the queue
             for task, node in list(workers.items()):
                 if (node not in compute.nodes or node.state == "preempted") and not task.done():
@@ -174,13 +199,13 @@ class JobRunner:
             job, "Failed", error={"code": "UserError", "message": RUNNER_FAILED_MESSAGE.format(detail=detail)}
         )
 
-    async def _load_scorer(self, job: Job, settings: BatchSettings) -> Any:
-        """The deployment's own scoring script (its uploaded code) if it has one, else the model's built-in one."""
+    async def _load_scorer(self, job: Job, settings: BatchSettings, files: list[str]) -> Any:
+        """The deployment's own scoring script (its uploaded code) if it has one; else, for a registered
+        MLflow model, the scoring script Azure generates for it (``scoring._mlflow_driver``); else the
+        model's built-in module (the emulator's demo model)."""
         dep = self.deployments.get((job.endpoint or "", job.deployment or ""))
         code = ((dep.body if dep else {}).get("properties") or {}).get("codeConfiguration") or {}
         folder = self.codes.folder(code.get("codeId") or "") if code.get("codeId") else None
-        if folder is None:
-            return await asyncio.to_thread(self.scoring.load, self._model_of(job))
         model = self._model_of(job)
         versions = self.models.get(model) or {}
         asset = str((((dep.body if dep else {}).get("properties") or {}).get("model") or {}).get("assetId") or "")
@@ -188,13 +213,22 @@ class JobRunner:
         chosen = named if named in versions else (max(versions, key=version_key) if versions else None)
         uri = versions[chosen]["modelUri"] if chosen else ""
         model_dir = self.resolve_uri(uri) if uri else self.data_dir / "models" / model
+        script_name = str(code.get("scoringScript") or "")
+        if folder is None:
+            if not (model_dir / "MLmodel").is_file():
+                return await asyncio.to_thread(self.scoring.load, model)
+            check_mlflow_input_files(files)  # an unsupported file fails the job (docs/emulator.md)
+            folder, script_name = MLFLOW_DRIVER.parent, MLFLOW_DRIVER.name
         model_dir.mkdir(parents=True, exist_ok=True)
         script = ScriptScorer(
             folder,
-            str(code.get("scoringScript") or ""),
+            script_name,
             model_dir=model_dir,
             work_dir=self.data_dir / "job-runs" / job.name,
             timeout=settings.timeout,
+            # an MLflow model's process (Azure's generated script or the deployment's own) is forked from a
+            # template that has imported MLflow once (emulator.scoring.forks): a fresh process per job still
+            forks=self.fork_server() if (model_dir / "MLmodel").is_file() else None,
         )
         self.scripts[job.name] = script
         await asyncio.to_thread(script.start)

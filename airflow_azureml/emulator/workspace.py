@@ -31,8 +31,8 @@ from airflow_azureml.emulator.nodes import NodePool
 from airflow_azureml.emulator.pricing import PriceBook
 from airflow_azureml.emulator.registry import AssetRegistry
 from airflow_azureml.emulator.runner import JobRunner
-from airflow_azureml.emulator.scoring import ScoringRegistry
-from airflow_azureml.emulator.scoring.script import ScriptScorer
+from airflow_azureml.emulator.scoring import ScoringRegistry, forks
+from airflow_azureml.emulator.scoring.script import _KEPT_ENV, ScriptScorer
 
 # server.py imports EmulatorError, Timing and Workspace from here in one line; EmulatorError's home is errors.
 __all__ = ["EmulatorError", "Timing", "Workspace"]
@@ -67,6 +67,7 @@ class Workspace(
         self.blobs = BlobStore(data_dir / "blobs")  # the workspace's storage account (emulator.blobs)
         self.codes = CodeAssets(self.blobs)  # code versions, uploaded there (emulator.codes)
         self.scripts: dict[str, ScriptScorer] = {}  # job -> its deployment's own scoring script, while it runs
+        self._forks: forks.ForkServer | None = None  # the warm template of MLflow models' scoring processes
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
         # Test control, not an Azure behaviour: a Running job on a held cluster keeps its nodes but takes no
         # work (and a command job does not end) until it is released, so that a test's fault lands while the
@@ -92,7 +93,16 @@ class Workspace(
         task.add_done_callback(self._background.discard)
         return task
 
+    def fork_server(self) -> forks.ForkServer | None:
+        """The template MLflow models' scoring processes are forked from (started with the first such job),
+        or None where fork is not available (a process per job then)."""
+        if self._forks is None and forks.supported():
+            self._forks = forks.ForkServer(forks.server_env(_KEPT_ENV))
+        return self._forks
+
     async def shutdown(self) -> None:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self._forks is not None:
+            await asyncio.to_thread(self._forks.close)

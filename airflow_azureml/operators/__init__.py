@@ -12,6 +12,7 @@ from airflow_azureml.operators.compute import (
 )
 from airflow_azureml.operators.jobs import AzureMLSubmitCommandJobOperator
 from airflow_azureml.operators.kubernetes import AzureMLApplyInstanceTypesOperator
+from airflow_azureml.operators.models import AzureMLRegisterModelOperator
 
 __all__ = [
     "AzureMLApplyInstanceTypesOperator",
@@ -20,6 +21,7 @@ __all__ = [
     "AzureMLCreateComputeClusterOperator",
     "AzureMLDeleteComputeOperator",
     "AzureMLInvokeBatchEndpointOperator",
+    "AzureMLRegisterModelOperator",
     "AzureMLSubmitCommandJobOperator",
     "AzureMLSyncCapacityPoolOperator",
 ]

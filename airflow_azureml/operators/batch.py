@@ -132,7 +132,7 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         chosen = resolve_instance_type(types, spec.instance_type)
         own = (spec.resource_properties or {}).get("resources")
         check_resources_fit(own, chosen)
-        if spec.code_configuration is None:  # no scoring script: an MLflow model deployment
+        if spec.code_configuration is None and self._model_is_mlflow(spec):  # no scoring script, an MLflow model
             check_mlflow_minimum(own if own else chosen)
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -236,6 +236,25 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         if state.lower() in ("failed", "canceled"):
             raise AzureMLError(f"{getattr(resource, 'name', 'resource')!r} ended in provisioning state {state}.")
         return resource is not None and state.lower() == "succeeded", resource
+
+    def _model_is_mlflow(self, spec: DeploymentSpec) -> bool:
+        """Whether the deployment's registered model is an MLflow model (one GET of the model version).
+
+        Only an MLflow model runs without a scoring script, so a model that cannot be read is taken for
+        one: the minimum is then checked rather than skipped (the service refuses the rest itself).
+        """
+        from airflow_azureml.specs import model_ref
+
+        name, version = model_ref(spec.model)
+        if not name:
+            return True
+        try:
+            ml = self.hook.get_conn()
+            found = ml.models.get(name=name, version=version) if version else ml.models.get(name=name, label="latest")
+        except Exception as exc:
+            self.log.warning("Could not read model %s to check its type: %s", spec.model, scrub(str(exc)))
+            return True
+        return str(getattr(found, "type", "") or "").lower() in ("mlflow_model", "mlflowmodel")
 
     def _latest_model_version(self, ml: Any, spec: DeploymentSpec) -> str | None:
         """Today's version behind ``@latest``, so that registering a new one updates the deployment."""

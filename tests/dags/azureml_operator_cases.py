@@ -76,7 +76,7 @@ with DAG("azureml_invoke_case", schedule=None, start_date=START, default_args=DE
         retry_delay=timedelta(0),
         **INVOKE_ARGS,
         endpoint_name=CASE.get("endpoint_name", "heart-classifier-batch"),
-        deployment_name=CASE.get("deployment_name", "classifier-xgboost"),
+        deployment_name=CASE.get("deployment_name", "classifier-mlflow"),
         inputs=CASE.get(
             "inputs", {"heart_dataset": "azureml://datastores/workspaceblobstore/paths/in/{{ ds_nodash }}/"}
         ),

@@ -7,8 +7,6 @@ Everything lives under pytest's temporary directory. The table goes there too, u
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import re
@@ -20,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_azureml.emulator import Emulator, Timing
+from airflow_azureml.example_data import input_row_ids, scored_row_ids
 from tests.e2e.harness import AirflowDeployment, Postgres
 
 DAG_ID = "low_priority_batch_scoring"
@@ -61,13 +60,10 @@ class E2E:
         root = self.emulator.datastore_path(f"scoring/input/{interval}")
         rows_in = lost = duplicated = 0
         for part in sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []:
-            inputs: set[str] = set()
-            for path in part.glob("*.csv"):
-                inputs |= {r["row_id"] for r in csv.DictReader(io.StringIO(path.read_text()))}
+            files = input_row_ids(part)
+            inputs = {row_id for ids in files.values() for row_id in ids}
             predictions = self.emulator.datastore_path(f"scoring/output/{interval}/{part.name}/predictions.csv")
-            scored = (
-                [line.split(",")[1] for line in predictions.read_text().splitlines()] if predictions.exists() else []
-            )
+            scored = scored_row_ids(predictions.read_text(), files) if predictions.exists() else []
             rows_in += len(inputs)
             lost += len(inputs - set(scored))
             duplicated += len(scored) - len(set(scored))

@@ -170,7 +170,7 @@ def pid_owning_local_port(port: int) -> int | None:
 
 
 ENDPOINT = "heart-classifier-batch"
-DEPLOYMENT = "classifier-xgboost"
+DEPLOYMENT = "classifier-mlflow"
 MANY = {"partitions": 20, "files_per_partition": 1, "rows_per_file": 5}
 TERMINAL = ("Completed", "Failed", "Canceled")
 

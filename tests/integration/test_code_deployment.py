@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from airflow_azureml.example_data import write_heart_csvs
 from airflow_azureml.operators import AzureMLCreateBatchDeploymentOperator, AzureMLCreateComputeClusterOperator
 
 SEED = Path(__file__).resolve().parents[2] / "dags" / "azureml"
-ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-xgboost"
+ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-sklearn-script"
 CODE_TAG = "airflow_azureml.code_sha256"  # the documented tag (docs/operators.md)
 
 
@@ -33,7 +34,7 @@ def project(emulator: Emulator, azureml_conn: dict[str, Any], tmp_path: Path) ->
         AzureMLCreateComputeClusterOperator(task_id="c", compute=str(SEED / name)).execute({})
     root = tmp_path / "project"
     root.mkdir()
-    shutil.copy(SEED / "deployment.yml", root / "deployment.yml")
+    shutil.copy(SEED / "deployment-custom-script.yml", root / "deployment.yml")
     shutil.copytree(SEED / "score", root / "score", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(SEED / "environment", root / "environment")
     write_heart_csvs(emulator.datastore_path("code-test/in"), files=5, rows_per_file=3, seed=7, id_prefix="c-")
@@ -74,7 +75,15 @@ def script_rows(script: Path, folder: Path) -> list[str]:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.init()
+    model_dir = os.environ.get("AZUREML_MODEL_DIR")
+    os.environ["AZUREML_MODEL_DIR"] = str(SEED / "model")  # the registered model's files, as Azure sets it
+    try:
+        module.init()
+    finally:
+        if model_dir is None:
+            os.environ.pop("AZUREML_MODEL_DIR", None)
+        else:
+            os.environ["AZUREML_MODEL_DIR"] = model_dir
     return list(module.run(sorted(str(p) for p in folder.glob("*.csv"))))
 
 
@@ -141,18 +150,14 @@ def test_unchanged_code_uploads_nothing_and_does_not_rewrite(emulator: Emulator,
 def test_a_changed_script_is_a_new_code_version_and_runs(emulator: Emulator, project: Path) -> None:
     script = project / "score" / "score.py"
     original = script.read_text()
-    script.write_text(
-        original.replace("f\"{name},{row['row_id']},{p:.4f},{int(p >= 0.5)}\"", "f\"{name},{row['row_id']},v1\"")
-    )
+    script.write_text(original.replace('f"{name},{row_id},{p:.4f},{int(p >= 0.5)}"', 'f"{name},{row_id},v1"'))
     assert deploy(project)["changed"] is True
     first_id = deployment(emulator)["properties"]["codeConfiguration"]["codeId"]
     job = invoke(emulator)
     assert job.status == "Completed", job.error
     assert predictions(emulator, job)[0] == "part-0000.csv,c-0000000,v1"  # the uploaded script, not a built-in
 
-    script.write_text(
-        original.replace("f\"{name},{row['row_id']},{p:.4f},{int(p >= 0.5)}\"", "f\"{name},{row['row_id']},v2\"")
-    )
+    script.write_text(original.replace('f"{name},{row_id},{p:.4f},{int(p >= 0.5)}"', 'f"{name},{row_id},v2"'))
     uploads = emulator.call(lambda: len(emulator.workspace.codes.pending_uploads))
     # (d) a new hash: a new code version, uploaded again, and the deployment now names it
     assert deploy(project)["changed"] is True
@@ -207,16 +212,15 @@ def test_the_script_sees_the_model_dir_and_no_secrets_of_the_emulator(
         script.read_text()
         + "\n\ndef run(mini_batch):\n"
         + "    return [os.environ.get('AZUREML_MODEL_DIR', '-'), os.environ.get('AZUREML_TEST_SECRET', '-'),"
-        + " str(weights['age'])]\n"
+        + " ','.join(features)]\n"
     )
-    model_dir = emulator.datastore_path("models/heart-classifier/1")
-    model_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / "weights.json").write_text('{"bias": 0, "weights": {"age": 0.5}}')
+    model_dir = emulator.datastore_path("models/heart-classifier-mlflow/1")  # where the model is registered from
     assert deploy(project)["changed"] is True
     job = invoke(emulator)
     assert job.status == "Completed", job.error
     first = predictions(emulator, job)[:3]
-    assert first == [str(model_dir.resolve()), "-", "0.5"]
+    assert first[:2] == [str(model_dir.resolve()), "-"]
+    assert first[2].split(",")[:2] == ["age", "sex"]  # init() loaded the registered model's signature
 
 
 def test_the_sas_is_checked(emulator: Emulator, project: Path) -> None:

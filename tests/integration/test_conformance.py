@@ -267,15 +267,16 @@ def run_scenario(ml: Any, emulator: Emulator) -> None:
     ml.compute.get("low-pri-cluster")
     ml.batch_endpoints.begin_create_or_update(BatchEndpoint(name="heart-classifier-batch")).result()
     ml.batch_endpoints.get("heart-classifier-batch")
-    deployment = load_model_batch_deployment(source=str(REPO / "dags/azureml/deployment.yml"))
+    # the custom-script deployment: its code and inline environment are registered too (code_version.put ...)
+    deployment = load_model_batch_deployment(source=str(REPO / "dags/azureml/deployment-custom-script.yml"))
     ml.batch_deployments.begin_create_or_update(deployment).result()
-    ml.batch_deployments.get("classifier-xgboost", endpoint_name="heart-classifier-batch")
+    ml.batch_deployments.get("classifier-sklearn-script", endpoint_name="heart-classifier-batch")
     ml.datastores.get("workspaceblobstore", include_secrets=True)
     write_heart_csvs(emulator.datastore_path("conformance/input"), files=1, rows_per_file=4)
     emulator.set_capacity("low-pri-cluster", 0)  # the job waits queued, so that the cancel finds it running
     job = ml.batch_endpoints.invoke(
         endpoint_name="heart-classifier-batch",
-        deployment_name="classifier-xgboost",
+        deployment_name="classifier-sklearn-script",
         inputs={
             "heart_dataset": Input(
                 type="uri_folder", path="azureml://datastores/workspaceblobstore/paths/conformance/input/"
@@ -378,7 +379,10 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Emulato
     from tests.conftest import FAST
 
     capture = Capture()
+    from tests.helpers import register_example_model
+
     with Emulator(tmp_path_factory.mktemp("conformance"), timing=FAST) as emulator:
+        register_example_model(emulator)
         run_scenario(client(emulator, capture), emulator)
         discover(emulator, capture)
         yield emulator, capture.responses

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 SEED_CLUSTER_YAML = REPO / "dags" / "azureml" / "low-pri-cluster.yml"
 SEED_DEPLOYMENT_YAML = REPO / "dags" / "azureml" / "deployment.yml"
 ENDPOINT = "heart-classifier-batch"
-DEPLOYMENT = "classifier-xgboost"
+DEPLOYMENT = "classifier-mlflow"
 
 
 def setup_workspace(hook: AzureMLHook) -> Any:
@@ -74,9 +74,14 @@ def wait_status(emulator: Emulator, name: str, status: str, timeout: float = 30)
 
 
 def prediction_ids(emulator: Emulator, job_name: str) -> list[str]:
+    """The row ids of the job's output lines: an MLflow deployment's ``['<file>', <prediction>]`` lines are
+    matched to the job's input rows by position (``scored_row_ids``), a script's carry the id."""
+    from airflow_azureml.example_data import input_row_ids, scored_row_ids
+
     path = emulator.datastore_path(f"azureml/{job_name}/score/predictions.csv")
-    with open(path, newline="") as handle:
-        return [row[1] for row in csv.reader(handle)]
+    job = emulator.job(job_name)
+    inputs = input_row_ids(emulator.datastore_path(job.input_uri)) if job is not None and job.input_uri else {}
+    return scored_row_ids(path.read_text(), inputs)
 
 
 def input_ids(folder: Path) -> list[str]:

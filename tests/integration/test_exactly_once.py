@@ -28,7 +28,7 @@ from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
 INPUT = "in/20261101"
 CLUSTER = "low-pri-cluster"
-ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-xgboost"
+ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-mlflow"
 
 
 # ------------------------------------------------------------------ harness

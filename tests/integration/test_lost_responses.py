@@ -25,7 +25,7 @@ from tests.integration.test_exactly_once import clear_and_rerun, try_numbers
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
 INPUT = "in/20261101"
 CLUSTER = "low-pri-cluster"
-ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-xgboost"
+ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-mlflow"
 ROWS = 100
 
 

@@ -99,10 +99,10 @@ def test_deployment_operator_is_idempotent(emulator: Emulator, run_case) -> None
 
     run, _ = run_case("azureml_deployment_case", {"deployment_overrides": {"mini_batch_size": 5}})
     assert str(run.state) == "success"
-    assert puts(emulator, "/deployments/classifier-xgboost") == 2
+    assert puts(emulator, "/deployments/classifier-mlflow") == 2
     assert (
         emulator.call(
-            lambda: emulator.workspace.deployments[("heart-classifier-batch", "classifier-xgboost")].body["properties"][
+            lambda: emulator.workspace.deployments[("heart-classifier-batch", "classifier-mlflow")].body["properties"][
                 "miniBatchSize"
             ]
         )
@@ -130,7 +130,7 @@ def test_deployment_operator_is_idempotent(emulator: Emulator, run_case) -> None
         ("azureml_invoke_case", {"inputs": {}}, "non-empty mapping"),
         ("azureml_invoke_case", {"fallback_compute": "dedicated-pool"}, "Give fallback_deployment"),
         ("azureml_invoke_case", {"fallback_after": 1}, "fallback_after needs a fallback: fallback_deployment"),
-        ("azureml_invoke_case", {"fallback_deployment": "classifier-xgboost"}, "must differ from deployment_name"),
+        ("azureml_invoke_case", {"fallback_deployment": "classifier-mlflow"}, "must differ from deployment_name"),
         ("azureml_invoke_case", {"fallback_deployment": "x", "fallback_after": 0}, "fallback_after must be >= 1"),
         ("azureml_invoke_case", {"inputs": {"d": "input/{{ ds_nodash }}/"}}, "'input/20261101/' is not a data URI"),
         (
@@ -287,7 +287,7 @@ def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -
     from airflow_azureml.hooks import AzureMLHook
 
     ml = AzureMLHook().get_conn()  # error_threshold 0: one failed file fails the job (-1, the default, ignores it)
-    deployment = ml.batch_deployments.get(name="classifier-xgboost", endpoint_name="heart-classifier-batch")
+    deployment = ml.batch_deployments.get(name="classifier-mlflow", endpoint_name="heart-classifier-batch")
     (deployment.settings if hasattr(deployment, "settings") else deployment).error_threshold = 0
     ml.batch_deployments.begin_create_or_update(deployment).result()
     bad = workspace.datastore_path(INPUT) / "zz-broken.csv"
@@ -295,7 +295,9 @@ def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -
     run, failures = run_case("azureml_invoke_case")
     assert str(run.state) == "failed"
     assert failures[0]["type"] == "AzureMLJobFailedError"
-    assert "mini-batch" in failures[0]["message"] and "could not convert string to float" in failures[0]["message"]
+    message = failures[0]["message"]
+    # the MLflow model's own error, as Azure reports it: the signature's column type cannot read the value
+    assert "mini-batch" in message and "Error processing input file" in message and "not-a-number" in message
     assert len(workspace.jobs()) == 1
 
 
@@ -343,7 +345,7 @@ def test_retry_reattaches_instead_of_resubmitting(workspace: Emulator, run_case,
         op = AzureMLInvokeBatchEndpointOperator(
             task_id="invoke",
             endpoint_name="heart-classifier-batch",
-            deployment_name="classifier-xgboost",
+            deployment_name="classifier-mlflow",
             inputs={"heart_dataset": f"azureml://datastores/workspaceblobstore/paths/{INPUT}/"},
             polling={"interval": 0.05},
         )

@@ -21,7 +21,7 @@ from airflow_azureml.operators import (
 from tests.conftest import FAST
 
 SEED = Path(__file__).resolve().parents[2] / "dags" / "azureml"
-ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-xgboost"
+ENDPOINT, DEPLOYMENT = "heart-classifier-batch", "classifier-mlflow"
 
 
 def writes(emulator: Emulator, contains: str) -> int:
@@ -33,6 +33,8 @@ def deployment_body(emulator: Emulator) -> dict[str, Any]:
 
 
 def deploy(**kwargs: Any) -> dict[str, Any]:
+    # the emulator's demo model, whose versions a test registers (the example's own is pinned to version 1)
+    kwargs.setdefault("model", "azureml:heart-classifier@latest")
     op = AzureMLCreateBatchDeploymentOperator(
         task_id="deploy", deployment=str(SEED / "deployment.yml"), set_default=False, **kwargs
     )
@@ -230,7 +232,10 @@ def test_unknown_key_in_cluster_yaml_fails_before_any_request(emulator: Emulator
 @pytest.fixture
 def slow_lro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
     """An emulator whose long-running operations answer ``Retry-After: 86400``."""
+    from tests.helpers import register_example_model
+
     with Emulator(tmp_path / "slow", timing=FAST, lro_retry_after="86400") as emu:
+        register_example_model(emu)
         monkeypatch.setenv("AIRFLOW_CONN_AZURE_ML_DEFAULT", emu.connection_info()["airflow_conn_json"])
         yield emu
 

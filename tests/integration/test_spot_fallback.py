@@ -22,8 +22,8 @@ from tests.integration.test_operators import INPUT
 
 REPO = Path(__file__).resolve().parents[2]
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
-FALLBACK = "classifier-xgboost-dedicated"
-TARGET = "heart-classifier-batch/classifier-xgboost"  # the spot deployment: its history's key
+FALLBACK = "classifier-mlflow-dedicated"
+TARGET = "heart-classifier-batch/classifier-mlflow"  # the spot deployment: its history's key
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_fallback_after_preemptions(workspace: Emulator, run_case, deferrable: b
     assert str(run.state) == "success", (task_states(run), failures)
     jobs = deployments_of(workspace)
     assert len(preempted) == 1
-    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    assert [(d, c) for _, d, c in jobs] == [("classifier-mlflow", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
     result = xcom_value(run, "invoke")
     assert result["job_name"] == jobs[1][0] and result["preemptions"] == 1
     assert_scored_once(workspace, result["job_name"])
@@ -110,7 +110,7 @@ def test_no_spot_capacity_moves_to_the_fallback_instead_of_failing(
     )
     assert str(run.state) == "success", (task_states(run), failures)
     jobs = deployments_of(workspace)
-    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    assert [(d, c) for _, d, c in jobs] == [("classifier-mlflow", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
     statuses = workspace.call(lambda: {j.name: j.status for j in workspace.workspace.jobs.values()})
     assert statuses[jobs[0][0]] == "Canceled" and statuses[jobs[1][0]] == "Completed"
     result = xcom_value(run, "invoke")
@@ -177,7 +177,7 @@ def test_expected_cost_moves_to_the_fallback_when_spot_costs_nearly_dedicated(
     assert str(run.state) == "success", (task_states(run), failures)
     jobs = deployments_of(workspace)
     assert len(preempted) == 1
-    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    assert [(d, c) for _, d, c in jobs] == [("classifier-mlflow", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
     assert stored_state(run)["fallback_rule"] == "expected_cost"
     result = xcom_value(run, "invoke")
     assert result["job_name"] == jobs[1][0]
@@ -195,7 +195,7 @@ def test_expected_cost_stays_on_spot_when_spot_is_cheap(workspace: Emulator, run
     assert str(run.state) == "success", (task_states(run), failures)
     jobs = deployments_of(workspace)
     assert len(preempted) == 1
-    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster")] * 2
+    assert [(d, c) for _, d, c in jobs] == [("classifier-mlflow", "low-pri-cluster")] * 2
     assert stored_state(run)["fallback_rule"] is None
     assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
     assert_one_live_job(workspace)
@@ -233,7 +233,7 @@ def test_queue_time_switch_whose_cancel_failed_reaches_the_fallback_on_the_retry
     )
     assert str(run.state) == "success", (task_states(run), failures)
     jobs = deployments_of(workspace)
-    assert [(d, c) for _, d, c in jobs] == [("classifier-xgboost", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
+    assert [(d, c) for _, d, c in jobs] == [("classifier-mlflow", "low-pri-cluster"), (FALLBACK, "dedicated-pool")]
     assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
     assert_one_live_job(workspace)
     # the spot job ended (cancelled after queueing): the cluster's history no longer counts it as running
@@ -281,7 +281,7 @@ def test_a_person_cancels_a_job_that_outlived_the_queue_time_cancel(workspace: E
     assert len(cancelled) == 1
     assert str(run.state) == "failed"
     assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
-    assert [(d, c) for _, d, c in deployments_of(workspace)] == [("classifier-xgboost", "low-pri-cluster")]
+    assert [(d, c) for _, d, c in deployments_of(workspace)] == [("classifier-mlflow", "low-pri-cluster")]
 
 
 def test_a_missing_fallback_deployment_fails_before_any_job(workspace: Emulator, run_case) -> None:

@@ -20,7 +20,7 @@ import pytest
 from airflow_azureml.emulator import Emulator
 
 REPO = Path(__file__).resolve().parents[2]
-TARGET = "heart-classifier-batch/classifier-xgboost"
+TARGET = "heart-classifier-batch/classifier-mlflow"
 WRITERS = 8
 UPDATES = 6  # per writer: a preemption and a completion, three times over
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -34,10 +33,20 @@ def mini_batch(tmp_path: Path) -> list[str]:
     return sorted(str(p) for p in (tmp_path / "in").glob("*.csv"))
 
 
-def test_one_line_per_row_with_file_row_id_probability_and_prediction(
-    mini_batch: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("AZUREML_MODEL_DIR", raising=False)
+MODEL = SCRIPT.parents[1] / "model"
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``AZUREML_MODEL_DIR`` as Azure sets it: the registered folder inside it (here one level down)."""
+    import shutil
+
+    shutil.copytree(MODEL, tmp_path / "azureml-models" / "model")
+    monkeypatch.setenv("AZUREML_MODEL_DIR", str(tmp_path / "azureml-models"))
+    return tmp_path / "azureml-models"
+
+
+def test_one_line_per_row_with_file_row_id_probability_and_prediction(model_dir: Path, mini_batch: list[str]) -> None:
     score = load()
     score.init()
     lines = score.run(mini_batch)
@@ -51,42 +60,25 @@ def test_one_line_per_row_with_file_row_id_probability_and_prediction(
     assert score.run(mini_batch) == lines  # deterministic
 
 
-def test_the_same_lines_as_the_emulators_built_in_model(mini_batch: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shipped script scores exactly as the emulator's built-in heart-classifier did: the report is unchanged."""
-    from airflow_azureml.emulator.scoring import heart
+def test_the_predictions_are_the_registered_models(model_dir: Path, mini_batch: list[str]) -> None:
+    """The script scores with the registered model: the same classes as MLflow's pyfunc loader gives."""
+    import mlflow.pyfunc
+    import pandas as pd
 
-    monkeypatch.delenv("AZUREML_MODEL_DIR", raising=False)
     score = load()
     score.init()
-    heart.init()
-    assert score.run(mini_batch) == heart.run(mini_batch)
+    predicted = [int(line.rsplit(",", 1)[1]) for line in score.run(mini_batch)]
+    pyfunc = mlflow.pyfunc.load_model(str(MODEL))
+    assert predicted == [v for path in mini_batch for v in pyfunc.predict(pd.read_csv(path)).tolist()]
 
 
-def test_weights_from_the_registered_model_folder(
-    mini_batch: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model = tmp_path / "model" / "heart-classifier"
-    model.mkdir(parents=True)
-    (model / "weights.json").write_text(json.dumps({"bias": -100.0, "weights": {"age": 0.0}}))
-    monkeypatch.setenv("AZUREML_MODEL_DIR", str(tmp_path / "model"))
-    score = load()
-    score.init()
-    assert {line.rsplit(",", 2)[1:] == ["0.0000", "0"] for line in score.run(mini_batch)} == {True}
-
-
-def test_an_empty_model_folder_keeps_the_built_in_weights(
-    mini_batch: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("AZUREML_MODEL_DIR", raising=False)
-    baseline = load()
-    baseline.init()
+def test_no_model_in_the_model_folder_fails_init(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AZUREML_MODEL_DIR", str(tmp_path))
-    score = load()
-    score.init()
-    assert score.run(mini_batch) == baseline.run(mini_batch)
+    with pytest.raises(FileNotFoundError, match="MLmodel"):
+        load().init()
 
 
-def test_an_empty_mini_batch_returns_no_lines() -> None:
+def test_an_empty_mini_batch_returns_no_lines(model_dir: Path) -> None:
     score = load()
     score.init()
     assert score.run([]) == []

@@ -25,9 +25,9 @@ def test_seed_cluster_yaml_as_written() -> None:
 
 
 def test_seed_deployment_yaml_as_written() -> None:
-    spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
-    assert spec.endpoint_name == "heart-classifier-batch" and spec.name == "classifier-xgboost"
-    assert spec.compute == "azureml:low-pri-cluster" and spec.model == "azureml:heart-classifier@latest"
+    spec = DeploymentSpec.from_yaml(SEED / "deployment-custom-script.yml")
+    assert spec.endpoint_name == "heart-classifier-batch" and spec.name == "classifier-sklearn-script"
+    assert spec.compute == "azureml:low-pri-cluster" and spec.model == "azureml:heart-classifier-mlflow:1"
     assert (spec.instance_count, spec.max_concurrency_per_instance, spec.mini_batch_size) == (2, 2, 2)
     assert (spec.output_action, spec.output_file_name, spec.max_retries, spec.retry_timeout) == (
         "append_row",
@@ -146,9 +146,9 @@ def test_entity_forms_become_the_same_specs_as_yaml() -> None:
     ) == {"max_instances": (4, 2)}
 
     deployment = ModelBatchDeployment(
-        name="classifier-xgboost",
+        name="classifier-sklearn-script",
         endpoint_name="heart-classifier-batch",
-        model="azureml:heart-classifier@latest",
+        model="azureml:heart-classifier-mlflow@latest",
         compute="azureml:low-pri-cluster",
         resources=ResourceConfiguration(instance_count=2),
         settings=ModelBatchDeploymentSettings(
@@ -160,7 +160,7 @@ def test_entity_forms_become_the_same_specs_as_yaml() -> None:
         ),
     )
     spec = DeploymentSpec.from_any(deployment)
-    yaml_spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    yaml_spec = DeploymentSpec.from_yaml(SEED / "deployment-custom-script.yml")
     for field in (
         "endpoint_name",
         "name",
@@ -208,7 +208,7 @@ def test_cluster_yaml_with_teir_and_max_instance_is_not_a_one_node_dedicated_clu
 )
 def test_unknown_deployment_yaml_key(tmp_path: Path, yaml_text: str, key: str, nearest: str) -> None:
     path = tmp_path / "deployment.yml"
-    path.write_text((SEED / "deployment.yml").read_text() + yaml_text)
+    path.write_text((SEED / "deployment-custom-script.yml").read_text() + yaml_text)
     with pytest.raises(AzureMLConfigError) as err:
         DeploymentSpec.from_yaml(path)
     text = str(err.value)
@@ -282,10 +282,10 @@ def _read_back(**override: object) -> object:
     values: dict = {
         "environment": f"{ws}/environments/CliV2AnonymousEnvironment/versions/1",
         "code_configuration": CodeConfiguration(code=f"{ws}/codes/c0de/versions/1", scoring_script="score.py"),
-        "tags": dict(DeploymentSpec.from_yaml(SEED / "deployment.yml").fingerprints),
-        "name": "classifier-xgboost",
+        "tags": dict(DeploymentSpec.from_yaml(SEED / "deployment-custom-script.yml").fingerprints),
+        "name": "classifier-sklearn-script",
         "endpoint_name": "heart-classifier-batch",
-        "model": f"{ws}/models/heart-classifier/versions/1",
+        "model": f"{ws}/models/heart-classifier-mlflow/versions/1",
         "compute": f"{ws}/computes/low-pri-cluster",
         "resources": ResourceConfiguration(instance_count=2),
         "max_concurrency_per_instance": 2,
@@ -300,18 +300,22 @@ def _read_back(**override: object) -> object:
 
 
 def test_unchanged_deployment_has_no_differences() -> None:
-    spec = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    spec = DeploymentSpec.from_yaml(SEED / "deployment-custom-script.yml")
     assert spec.differences(_read_back(), latest_model_version="1") == {}
-    pinned = DeploymentSpec(**{**GOOD_DEPLOYMENT, "model": "azureml:heart-classifier:1"})
+    pinned = DeploymentSpec(**{**GOOD_DEPLOYMENT, "model": "azureml:heart-classifier-mlflow:1"})
     assert "model" not in pinned.differences(_read_back())
 
 
 def test_model_version_bump_is_a_difference() -> None:
-    spec = DeploymentSpec.from_any(str(SEED / "deployment.yml"), model="azureml:heart-classifier:2")
-    assert spec.differences(_read_back()) == {"model": ("heart-classifier:1", "heart-classifier:2")}
-    latest = DeploymentSpec.from_yaml(SEED / "deployment.yml")
+    spec = DeploymentSpec.from_any(
+        str(SEED / "deployment-custom-script.yml"), model="azureml:heart-classifier-mlflow:2"
+    )
+    assert spec.differences(_read_back()) == {"model": ("heart-classifier-mlflow:1", "heart-classifier-mlflow:2")}
+    latest = DeploymentSpec.from_any(
+        str(SEED / "deployment-custom-script.yml"), model="azureml:heart-classifier-mlflow@latest"
+    )
     assert latest.differences(_read_back(), latest_model_version="2") == {
-        "model": ("heart-classifier:1", "heart-classifier:2")
+        "model": ("heart-classifier-mlflow:1", "heart-classifier-mlflow:2")
     }
 
 
@@ -331,7 +335,9 @@ def test_model_version_bump_is_a_difference() -> None:
     ],
 )
 def test_each_real_change_is_a_difference(override: dict, read_back: dict, key: str) -> None:
-    spec = DeploymentSpec.from_any(str(SEED / "deployment.yml"), model="azureml:heart-classifier:1", **override)
+    spec = DeploymentSpec.from_any(
+        str(SEED / "deployment-custom-script.yml"), model="azureml:heart-classifier-mlflow:1", **override
+    )
     assert list(spec.differences(_read_back(**read_back))) == [key]
 
 
@@ -344,16 +350,16 @@ def test_environment_and_code_configuration_are_compared() -> None:
         code_configuration=CodeConfiguration(code=f"{ws}/codes/abc/versions/1", scoring_script="score.py"),
         tags=None,  # registered code and environment: written without fingerprints
     )
-    base = {"model": "azureml:heart-classifier:1", "environment": "azureml:sklearn-env:1"}
+    base = {"model": "azureml:heart-classifier-mlflow:1", "environment": "azureml:sklearn-env:1"}
     same = DeploymentSpec.from_any(
-        str(SEED / "deployment.yml"),
+        str(SEED / "deployment-custom-script.yml"),
         **base,
         code_configuration=CodeConfiguration(code="azureml:abc:1", scoring_script="score.py"),
     )
     assert same.differences(have) == {}
     other_script = replace_code(same, CodeConfiguration(code="azureml:abc:1", scoring_script="batch_driver.py"))
     assert list(other_script.differences(have)) == ["code_configuration"]
-    assert list(DeploymentSpec.from_any(str(SEED / "deployment.yml"), **base).differences(have)) == [
+    assert list(DeploymentSpec.from_any(str(SEED / "deployment-custom-script.yml"), **base).differences(have)) == [
         "code_configuration"
     ]
 
@@ -365,7 +371,9 @@ def replace_code(spec: DeploymentSpec, code: object) -> DeploymentSpec:
 
 
 def test_description_alone_is_not_a_difference() -> None:
-    spec = DeploymentSpec.from_any(str(SEED / "deployment.yml"), model="azureml:heart-classifier:1")
+    spec = DeploymentSpec.from_any(
+        str(SEED / "deployment-custom-script.yml"), model="azureml:heart-classifier-mlflow:1"
+    )
     assert spec.differences(_read_back(description="something else")) == {}
 
 
@@ -373,15 +381,19 @@ def test_from_entity_keeps_error_threshold_and_resources() -> None:
     from azure.ai.ml.entities import ModelBatchDeployment, ModelBatchDeploymentSettings, ResourceConfiguration
 
     entity = ModelBatchDeployment(
-        name="classifier-xgboost",
+        name="classifier-sklearn-script",
         endpoint_name="heart-classifier-batch",
-        model="azureml:heart-classifier:2",
+        model="azureml:heart-classifier-mlflow:2",
         compute="azureml:low-pri-cluster",
         resources=ResourceConfiguration(instance_count=2, instance_type="cpularge"),
         settings=ModelBatchDeploymentSettings(mini_batch_size=2, error_threshold=7),
     )
     spec = DeploymentSpec.from_any(entity)
-    assert (spec.error_threshold, spec.instance_type, spec.model) == (7, "cpularge", "azureml:heart-classifier:2")
+    assert (spec.error_threshold, spec.instance_type, spec.model) == (
+        7,
+        "cpularge",
+        "azureml:heart-classifier-mlflow:2",
+    )
 
 
 # ---------------------------------------------------------------- the operators use these rules (no API call)
@@ -437,7 +449,7 @@ def _project(root: Path, *, conda: str = CONDA, script: str = "batch_driver.py")
     (root / "conda.yml").write_text(conda)
     path = root / "deployment.yml"
     path.write_text(
-        (SEED / "deployment.yml").read_text()
+        (SEED / "deployment-custom-script.yml").read_text()
         + f"code_configuration:\n  code: code\n  scoring_script: {script}\n"
         + f"environment:\n  image: {IMAGE}\n  conda_file: conda.yml\n"
     )

@@ -19,8 +19,13 @@ from tests.conftest import EMULATOR_ONLY, EXAMPLE_DAG_VARIANTS, SAME_ON_EVERY_AI
 REPO = Path(__file__).resolve().parents[2]
 # What an emulator-only test may use from the provider: the hook only to build the real SDK's MLClient
 # (the hook itself runs on every version in test_hook_settings, test_resources and every dag.test() test),
-# and two constants.
-CLIENT_SIDE = {"airflow_azureml.hooks.azure_ml", "airflow_azureml.hooks.rest", "airflow_azureml.naming"}
+# and two constants; and the example's data helpers (standard library only: heart rows, reading predictions).
+CLIENT_SIDE = {
+    "airflow_azureml.hooks.azure_ml",
+    "airflow_azureml.hooks.rest",
+    "airflow_azureml.naming",
+    "airflow_azureml.example_data",
+}
 # Helpers taken from test modules that do run on every version: plain HTTP calls to the emulator.
 HELPERS = {("tests.integration.test_instance_types_k8s", "arm")}
 

@@ -23,6 +23,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from airflow_azureml.emulator.scoring.forks import ForkServer, ForkServerError
+
 _HOST = Path(__file__).with_name("_script_host.py")
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "TMPDIR", "TEMP", "TMP")
 
@@ -34,14 +36,24 @@ class ScoringScriptError(RuntimeError):
 class ScriptScorer:
     """``run(mini_batch) -> list[str]`` backed by the script's process; ``close()`` when the job ends."""
 
-    def __init__(self, code_dir: Path, script: str, *, model_dir: Path, work_dir: Path, timeout: float) -> None:
+    def __init__(
+        self,
+        code_dir: Path,
+        script: str,
+        *,
+        model_dir: Path,
+        work_dir: Path,
+        timeout: float,
+        forks: ForkServer | None = None,
+    ) -> None:
         self.code_dir = code_dir
         self.script = code_dir / script
         self.model_dir = model_dir
         self.work_dir = work_dir
         self.timeout = timeout
         self.inits = 0  # how often init() ran (a new process after a crash or timeout runs it again)
-        self._process: subprocess.Popen[str] | None = None
+        self.forks = forks  # a warm template to fork the process from (emulator.scoring.forks), if any
+        self._process: Any = None  # a subprocess.Popen, or a forks.ForkedProcess
         self._log: IO[str] | None = None
         self._lock = threading.Lock()
 
@@ -59,15 +71,27 @@ class ScriptScorer:
             self._log = (self.work_dir / "user_logs" / "std_log.txt").open("a", encoding="utf-8")
         env = {k: os.environ[k] for k in _KEPT_ENV if k in os.environ}
         env.update({"AZUREML_MODEL_DIR": str(self.model_dir), "PYTHONDONTWRITEBYTECODE": "1"})
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", str(_HOST), str(self.code_dir), str(self.script)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            cwd=self.work_dir,
-            env=env,
-            text=True,
-        )
+        # MLflow (an MLflow model, or a script that loads one) would otherwise send usage telemetry over the
+        # network and write an installation id under the user's home: a local emulator does neither
+        env.update({"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"})
+        self._process = None
+        if self.forks is not None:
+            try:
+                self._process = self.forks.start(
+                    code_dir=self.code_dir, script=self.script, cwd=self.work_dir, env=env, log=self._log
+                )
+            except ForkServerError:
+                self._process = None  # no template: a process of its own, as without one
+        if self._process is None:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", str(_HOST), str(self.code_dir), str(self.script)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                cwd=self.work_dir,
+                env=env,
+                text=True,
+            )
         self.inits += 1
         answer = self._read(self.timeout)
         if not answer.get("ok"):

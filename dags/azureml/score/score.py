@@ -1,73 +1,59 @@
-"""Scoring script of the example batch deployment (``code_configuration.scoring_script``).
+"""Scoring script of the example's custom-script deployment (``deployment-custom-script.yml``).
 
-Azure ML calls ``init()`` once per worker process and ``run(mini_batch)`` for each mini-batch, a list
-of input file paths. ``run`` returns one line per input row, ``<file>,<row_id>,<probability>,<prediction>``;
-with ``output_action: append_row`` those lines, unchanged and without a header, make up
-``predictions.csv``, so the example's report reads the row id from the second column wherever it runs.
+The contract of a batch scoring script (Microsoft Learn, *Author scoring scripts for batch deployments*):
 
-The model is deliberately trivial and deterministic: a hand-set logistic scorer over the heart-disease
-columns. If the registered model's folder (``AZUREML_MODEL_DIR``) holds a ``weights.json``
-(``{"bias": b, "weights": {column: w}}``), those weights are used instead. Only the standard library
-is needed, which is all that ``../environment/conda.yaml`` installs beyond Python.
+- ``init()`` runs once per worker process before any mini-batch. Load the model here. Azure ML sets
+  ``AZUREML_MODEL_DIR`` to the folder the deployment's registered model was downloaded to (the
+  registered folder may sit one level down in it).
+- ``run(mini_batch)`` gets a list of input file paths (``mini_batch_size`` files) and returns a list of
+  strings or a ``pandas.DataFrame``; with ``output_action: append_row`` every element (every row) becomes
+  one line of ``predictions.csv``, unchanged and without a header. An exception fails the mini-batch, which
+  is retried (``retry_settings``) and counted against ``error_threshold``.
+
+This one loads the registered MLflow model (``heart-classifier-mlflow``) with its own flavour,
+``mlflow.sklearn``, so that it can also return the probability, and writes one line per input row,
+``<file>,<row_id>,<probability>,<prediction>``: unlike the no-code deployment's output, the row id is in
+the line. Its environment is ``../environment/conda.yaml``.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import math
 import os
 from pathlib import Path
+from typing import Any
 
-DEFAULT_BIAS = -3.2
-DEFAULT_WEIGHTS = {
-    "age": 0.045,
-    "sex": 0.6,
-    "cp": 0.35,
-    "trestbps": 0.012,
-    "chol": 0.006,
-    "fbs": 0.2,
-    "thalach": -0.025,
-    "exang": 0.9,
-    "oldpeak": 0.45,
-}
-
-bias = DEFAULT_BIAS
-weights: dict[str, float] = dict(DEFAULT_WEIGHTS)
+model: Any = None
+features: list[str] = []
 
 
-def _weights_file() -> Path | None:
-    model_dir = os.environ.get("AZUREML_MODEL_DIR")
-    if not model_dir:
-        return None
-    found = sorted(Path(model_dir).rglob("weights.json"))  # a folder model may nest its files one level down
-    return found[0] if found else None
+def _model_folder() -> Path:
+    root = Path(os.environ.get("AZUREML_MODEL_DIR") or ".")
+    found = sorted(root.rglob("MLmodel"), key=lambda p: len(p.parts))
+    if not found:
+        raise FileNotFoundError(f"no MLflow model (MLmodel file) under AZUREML_MODEL_DIR={str(root)!r}")
+    return found[0].parent
 
 
 def init() -> None:
-    """Load the model once: the registered weights if the model folder has them, else the built-in ones."""
-    global bias, weights
-    path = _weights_file()
-    if path is None:
-        bias, weights = DEFAULT_BIAS, dict(DEFAULT_WEIGHTS)
-        return
-    model = json.loads(path.read_text())
-    bias = float(model["bias"])
-    weights = {str(k): float(v) for k, v in model["weights"].items()}
+    """Load the registered model once per worker."""
+    global model, features
+    import mlflow.sklearn
+    from mlflow.models import Model
 
-
-def probability(row: dict[str, str]) -> float:
-    z = bias + sum(weight * float(row[column]) for column, weight in weights.items())
-    return 1.0 / (1.0 + math.exp(-z))
+    folder = _model_folder()
+    model = mlflow.sklearn.load_model(str(folder))
+    features = Model.load(str(folder)).get_input_schema().input_names()
 
 
 def run(mini_batch: list[str]) -> list[str]:
     """Score every row of every CSV file in the mini-batch: one output line per input row."""
+    import pandas as pd
+
     lines: list[str] = []
     for file_path in mini_batch:
+        frame = pd.read_csv(file_path)
+        probabilities = model.predict_proba(frame[features])[:, 1]
         name = Path(file_path).name
-        with open(file_path, newline="") as handle:
-            for row in csv.DictReader(handle):
-                p = probability(row)
-                lines.append(f"{name},{row['row_id']},{p:.4f},{int(p >= 0.5)}")
+        for row_id, p in zip(frame["row_id"].astype(str), probabilities, strict=True):
+            lines.append(f"{name},{row_id},{p:.4f},{int(p >= 0.5)}")
     return lines
