@@ -47,7 +47,7 @@ with DAG(
     score = AzureMLInvokeBatchEndpointOperator.partial(
         task_id="score",
         endpoint_name="heart-classifier-batch",
-        deployment_name="classifier-xgboost",
+        deployment_name="classifier-mlflow",
         polling={"interval": 0.05, "max_interval": 0.2},
     ).expand_kwargs(plan())
     # [START howto_operator_delete_compute_if_busy]

@@ -361,7 +361,7 @@ def test_retry_reattaches_instead_of_resubmitting(workspace: Emulator, run_case,
     if model_updated:  # a retry reuses its run's job even when the deployment's model changed meanwhile
         workspace.register_model("heart-classifier", "2", scoring_module="airflow_azureml.emulator.scoring.heart")
         ml = AzureMLHook().get_conn()
-        deployment = ml.batch_deployments.get("classifier-xgboost", endpoint_name="heart-classifier-batch")
+        deployment = ml.batch_deployments.get("classifier-mlflow", endpoint_name="heart-classifier-batch")
         deployment.model = "azureml:heart-classifier:2"
         ml.batch_deployments.begin_create_or_update(deployment).result()
     again = op.execute({"ti": RetryTaskInstance(), "run_id": run.run_id, **stored_state(run, "invoke")})
