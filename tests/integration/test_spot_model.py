@@ -24,7 +24,14 @@ from benchmarks.spot_policy import ClusterModel
 from tests.conftest import FAST
 from tests.integration.test_emulator_behaviour import CLUSTER, until
 from tests.integration.test_emulator_billing import SKU, cluster_bill, linux_rate, open_nodes
-from tests.integration.test_emulator_sdk import invoke, setup_workspace, wait_status, wait_terminal
+from tests.integration.test_emulator_sdk import (
+    DEPLOYMENT,
+    ENDPOINT,
+    invoke,
+    setup_workspace,
+    wait_status,
+    wait_terminal,
+)
 
 RELEASE = 0.4  # seconds an evicted node stays billed as preempted (the emulator's behaviour switch)
 HELD = 1.5  # seconds between the script's steps: long beside its own timing noise
@@ -36,6 +43,12 @@ def test_fast_model_bills_as_the_emulator_for_evictions_and_a_whole_cluster_pree
     emulator: Emulator, azureml_conn: dict[str, Any]
 ) -> None:
     ml = setup_workspace(AzureMLHook())  # low-pri-cluster: 2 nodes max, the deployment's instance_count 2
+    # The emulator's built-in demo model, not the example's MLflow one: an MLflow model's first init() takes
+    # seconds, and the emulator's job loop replaces no evicted node meanwhile, so the script would measure
+    # that init, not the bill (seen: the replacement came up 2.7 s late, its 'up' seconds short by as much).
+    deployment = ml.batch_deployments.get(DEPLOYMENT, endpoint_name=ENDPOINT)
+    deployment.model = "azureml:heart-classifier:1"
+    ml.batch_deployments.begin_create_or_update(deployment).result()
     emulator.set_price_ratio(SKU, spot=0.2)
     emulator.set_behaviour(preempted_node_release_seconds=RELEASE)
     emulator.hold_cluster(CLUSTER)  # the job keeps its nodes and takes no work until we are done
