@@ -19,6 +19,7 @@ from typing import Any
 import pendulum
 import pytest
 
+from airflow_azureml import compat
 from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
@@ -446,6 +447,9 @@ def test_a_model_update_scores_a_finished_interval_again_and_a_description_chang
     run, failures = run_case()
     assert str(run.state) == "success", failures
     second = xcom_value(run, "invoke")["job_name"]
+    if not compat.has_task_state_store():  # 3.1/3.2: a retry cannot be told from a new run: always reused
+        assert second == first and len(workspace.jobs()) == 1
+        return
     assert second != first, "the re-run after a model update returned the old model's job"
     run, failures = run_case()  # and once only: the new model's job is reused from now on
     assert str(run.state) == "success", failures
@@ -485,6 +489,9 @@ def test_a_blue_green_switch_of_the_default_deployment_scores_a_finished_interva
     run, failures = run_case({"deployment_name": None})
     assert str(run.state) == "success", failures
     second = xcom_value(run, "invoke")["job_name"]
+    if not compat.has_task_state_store():  # 3.1/3.2: a retry cannot be told from a new run: always reused
+        assert second == first and len(workspace.jobs()) == 1
+        return
     assert second != first, "the re-run after the switch kept the old deployment's job"
     run, failures = run_case({"deployment_name": None})
     assert str(run.state) == "success", failures
