@@ -166,12 +166,27 @@ def fresh_spot_histories() -> None:
         conn.close()
 
 
+@pytest.fixture(scope="session")
+def fork_server() -> Iterator[Any]:
+    """One template for the MLflow models' scoring processes, shared by a pytest worker's emulators.
+
+    Each emulator would otherwise start its own on its first MLflow job and import MLflow, scikit-learn and
+    pandas there: about 3 s of CPU per test, most of the suite's CPU on 2 cores (docs/benchmarks.md, "Test
+    suite"). Each job still gets a fresh process forked from it, as with an emulator's own template."""
+    from airflow_azureml.emulator.scoring.script import new_fork_server
+
+    server = new_fork_server()
+    yield server
+    if server is not None:
+        server.close()
+
+
 @pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[Emulator]:
+def emulator(tmp_path: Path, fork_server: Any) -> Iterator[Emulator]:
     """An emulator with the example's MLflow model registered (as the example DAG's setup registers it)."""
     from tests.helpers import register_example_model
 
-    with Emulator(tmp_path / "emulator", timing=FAST) as emu:
+    with Emulator(tmp_path / "emulator", timing=FAST, fork_server=fork_server) as emu:
         register_example_model(emu)
         yield emu
 

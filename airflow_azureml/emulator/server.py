@@ -43,6 +43,7 @@ from airflow_azureml.emulator.kubernetes.attachment import (
 from airflow_azureml.emulator.kubernetes.routes import KubernetesRoutes
 from airflow_azureml.emulator.models import Job
 from airflow_azureml.emulator.routes import Routes, arm_error, token_principal
+from airflow_azureml.emulator.scoring.forks import ForkServer
 from airflow_azureml.emulator.workspace import EmulatorError, Timing, Workspace
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,10 @@ class Emulator:
         location: str = "eastus",
         lro_retry_after: str = "1",
         ml_audience: str = ML_AUDIENCE,
+        fork_server: ForkServer | None = None,
     ) -> None:
+        """``fork_server``: a template for MLflow models' scoring processes that this emulator shares and does
+        not close (a test session's emulators share one: it imports MLflow once, not once per emulator)."""
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.subscription_id = subscription_id
@@ -103,7 +107,7 @@ class Emulator:
         #: The control API's credential (``Authorization: Bearer <control_token>``): a random secret of this
         #: emulator, written to emulator.json only. No token the identity issues opens the control API.
         self.control_token = secrets.token_urlsafe(32)
-        self.workspace = Workspace(self.data_dir, seed=seed, timing=timing)
+        self.workspace = Workspace(self.data_dir, seed=seed, timing=timing, fork_server=fork_server)
         self.identity = Identity(tenant_id=tenant_id, clients={self.client_id: self.client_secret})
         self.faults = FaultPlan(self.workspace.rng)
         self.ml_audience = ml_audience.rstrip("/")

@@ -32,7 +32,7 @@ from airflow_azureml.emulator.pricing import PriceBook
 from airflow_azureml.emulator.registry import AssetRegistry
 from airflow_azureml.emulator.runner import JobRunner
 from airflow_azureml.emulator.scoring import ScoringRegistry, forks
-from airflow_azureml.emulator.scoring.script import _KEPT_ENV, ScriptScorer
+from airflow_azureml.emulator.scoring.script import ScriptScorer, new_fork_server
 
 # server.py imports EmulatorError, Timing and Workspace from here in one line; EmulatorError's home is errors.
 __all__ = ["EmulatorError", "Timing", "Workspace"]
@@ -51,7 +51,14 @@ class Workspace(
 ):
     """All state of one emulated workspace. Methods run on the emulator's event loop."""
 
-    def __init__(self, data_dir: Path, *, seed: int = 0, timing: Timing | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        seed: int = 0,
+        timing: Timing | None = None,
+        fork_server: forks.ForkServer | None = None,
+    ) -> None:
         self.data_dir = data_dir
         # a copy: a test that changes its emulator's timing must not change the next emulator's (a shared FAST)
         self.timing = dataclasses.replace(timing) if timing is not None else Timing()
@@ -67,7 +74,8 @@ class Workspace(
         self.blobs = BlobStore(data_dir / "blobs")  # the workspace's storage account (emulator.blobs)
         self.codes = CodeAssets(self.blobs)  # code versions, uploaded there (emulator.codes)
         self.scripts: dict[str, ScriptScorer] = {}  # job -> its deployment's own scoring script, while it runs
-        self._forks: forks.ForkServer | None = None  # the warm template of MLflow models' scoring processes
+        self._forks: forks.ForkServer | None = fork_server  # the warm template of MLflow models' scoring processes
+        self._owns_forks = fork_server is None  # a shared template is its owner's to close
         self.eviction_rate: dict[str, float] = {}  # cluster -> evictions per node per second
         # Test control, not an Azure behaviour: a Running job on a held cluster keeps its nodes but takes no
         # work (and a command job does not end) until it is released, so that a test's fault lands while the
@@ -96,13 +104,13 @@ class Workspace(
     def fork_server(self) -> forks.ForkServer | None:
         """The template MLflow models' scoring processes are forked from (started with the first such job),
         or None where fork is not available (a process per job then)."""
-        if self._forks is None and forks.supported():
-            self._forks = forks.ForkServer(forks.server_env(_KEPT_ENV))
+        if self._forks is None:
+            self._forks = new_fork_server()
         return self._forks
 
     async def shutdown(self) -> None:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self._forks is not None:
+        if self._forks is not None and self._owns_forks:
             await asyncio.to_thread(self._forks.close)

@@ -23,9 +23,9 @@ SLOW_BATCHES = replace(FAST, mini_batch=0.5)
 
 
 @pytest.fixture
-def emulator(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Emulator]:
+def emulator(tmp_path: Path, request: pytest.FixtureRequest, fork_server: Any) -> Iterator[Emulator]:
     """conftest's emulator; a test may ask for another ``Timing`` (indirect parametrization)."""
-    with Emulator(tmp_path / "emulator", timing=getattr(request, "param", FAST)) as emu:
+    with Emulator(tmp_path / "emulator", timing=getattr(request, "param", FAST), fork_server=fork_server) as emu:
         yield emu
 
 

@@ -37,9 +37,9 @@ ENDPOINT = "mlflow-refusals"
 
 
 @pytest.fixture
-def bare_emulator(tmp_path: Path) -> Iterator[Emulator]:
+def bare_emulator(tmp_path: Path, fork_server: Any) -> Iterator[Emulator]:
     """An emulator where nothing is registered yet: the example DAG registers its model itself."""
-    with Emulator(tmp_path / "emulator", timing=FAST) as emu:
+    with Emulator(tmp_path / "emulator", timing=FAST, fork_server=fork_server) as emu:
         yield emu
 
 

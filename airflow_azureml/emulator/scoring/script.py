@@ -23,10 +23,17 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from airflow_azureml.emulator.scoring import forks
 from airflow_azureml.emulator.scoring.forks import ForkServer, ForkServerError
 
 _HOST = Path(__file__).with_name("_script_host.py")
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "TMPDIR", "TEMP", "TMP")
+
+
+def new_fork_server() -> ForkServer | None:
+    """A template for scoring processes, with the environment a job's process starts from; None where fork
+    is not available (a process per job then)."""
+    return ForkServer(forks.server_env(_KEPT_ENV)) if forks.supported() else None
 
 
 class ScoringScriptError(RuntimeError):
