@@ -162,7 +162,11 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
             if holders - {j.name for j in running}:
                 return None
             at = time.time()
-            lost = emulator.workspace.preempt_cluster(CLUSTER, "canceled", hold_end=True)
+            # hold_nodes: the nodes count as preempted until the jobs end, and 20 s more, so that a wait
+            # that has not read them up within the 60 s below still sees them at its read after the end
+            # (on a loaded machine a run of this row stalled when the gauge fell before the jobs ended:
+            # no witness, and the verdict waited the example's evidence_wait of 900 s)
+            lost = emulator.workspace.preempt_cluster(CLUSTER, "canceled", hold_end=True, hold_nodes=True)
             return fresh[0].name, at, lost
 
         emulator.hold_cluster(CLUSTER)
@@ -185,7 +189,7 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
         finally:
             emulator.hold_cluster(CLUSTER, held=False)
 
-    # A preempted node stays in the gauge a while after the cancel (long enough for the waits to read it)
+    # A preempted node stays in the gauge a while after the jobs end (long enough for the waits to read it)
     before = e2e.emulator.behaviour()
     e2e.emulator.set_behaviour(preempted_node_release_seconds=20.0)
     try:
