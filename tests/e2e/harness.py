@@ -150,13 +150,17 @@ class Postgres:
             self._lock = None
 
 
-# What docs/deferrable.md shows: drop a custom cloud's name inherited from a process that built an MLClient
-# (importing azure.ai.ml fails on a cloud this process never registered), then import the SDK once.
+# What docs/deferrable.md shows: in the processes whose children run tasks (the scheduler, whose LocalExecutor
+# workers fork them; a Celery worker), drop a custom cloud's name inherited from a process that built an MLClient
+# (importing azure.ai.ml fails on a cloud this process never registered), then import the SDK once. The API
+# server, DAG processor and triggerers never call the SDK (the triggers use the REST API): they skip it.
 PRELOAD_SDK = """import os
+import sys
 
-if os.environ.get("AZUREML_CURRENT_CLOUD", "").startswith("AirflowCustom-"):
-    del os.environ["AZUREML_CURRENT_CLOUD"]
-import azure.ai.ml  # noqa: E402,F401
+if sys.argv[1:2] == ["scheduler"] or sys.argv[1:3] == ["celery", "worker"]:
+    if os.environ.get("AZUREML_CURRENT_CLOUD", "").startswith("AirflowCustom-"):
+        del os.environ["AZUREML_CURRENT_CLOUD"]
+    import azure.ai.ml  # noqa: F401
 """
 
 
@@ -176,9 +180,9 @@ class AirflowDeployment:
             shutil.copy(source, self.dags / source.name)
         shutil.copy(REPO / "dags" / ".airflowignore", self.dags / ".airflowignore")
         shutil.copytree(REPO / "dags" / "azureml", self.dags / "azureml")
-        # Every Airflow process imports airflow_local_settings at start. Importing azure.ai.ml there (about
-        # 3.5 s of CPU) lets the scheduler's LocalExecutor workers, and the task processes they fork, share
-        # one import instead of paying it in every task: the matrix runs about 200 tasks that call the SDK.
+        # Every Airflow process imports airflow_local_settings at start. Importing azure.ai.ml there in the
+        # scheduler (about 3.5 s of CPU) lets its LocalExecutor workers, and the task processes they fork,
+        # share one import instead of paying it in every task: the matrix runs about 200 tasks that call the SDK.
         # A production deployment may preload the same way (docs/deferrable.md); the provider's own lazy
         # import is held by tests/unit/test_provider.py and tests/integration/test_hook_environment.py.
         (self.home / "config").mkdir(parents=True)
