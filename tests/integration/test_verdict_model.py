@@ -19,8 +19,9 @@ from airflow_azureml.emulator import Emulator
 from airflow_azureml.polling import PollingPolicy
 from benchmarks.verdicts import Timeline, wait
 from tests.conftest import xcom_value
+from tests.helpers import when_running
 from tests.integration import test_exactly_once as exactly_once
-from tests.integration.test_exactly_once import CLUSTER, when_sampled
+from tests.integration.test_exactly_once import CLUSTER
 
 workspace = exactly_once.workspace  # the fixtures
 run_case = exactly_once.run_case
@@ -41,9 +42,9 @@ CASES = {
         "gauge_near_end",
     ),
     # cancelled at once and the nodes gone within a tenth of the evidence interval: no witness. The loss
-    # strikes just after the wait's read of the running job (``sampled``), so the next read is an interval
-    # away: struck at random, a read that a loaded machine delays could land in the 0.1 s and see the gauge
-    # up (a .ci/run saw that), which is the "cancelled at once" case, not this one
+    # strikes STRIKE_AFTER_READ after the wait's read of the running job, so no read of either schedule is
+    # near it (below): struck at random, a read that a loaded machine delays could land in the 0.1 s and see
+    # the gauge up (a .ci/run saw that), which is the "cancelled at once" case, not this one
     "replaced at once": (
         {"capacity_cancel_after_seconds": 0, "preempted_node_release_seconds": 0.1},
         {"interval": 8, "max_interval": 8, "jitter": 0, "evidence_interval": 8},
@@ -53,6 +54,31 @@ CASES = {
     # a person's cancel through Studio's path: nothing logged, no loss
     "unlogged cancel": ({}, {"interval": 0.5, "max_interval": 0.5, "jitter": 0}, "person (unlogged)", "none"),
 }
+
+
+# "replaced at once": the loss comes this long after the wait's first read of the running job, so that it is
+# seconds from every read of the real wait (the next is 8 s after that one) and of the model's, whose reads
+# are at its own first poll (0-2 s after the submit) + 0.2 s + 8 s steps while the real first read comes
+# after the job started (tenths of a second): with the loss just after the real read, the two schedules
+# could be a tenth of a second apart and the model alone see the gauge up.
+STRIKE_AFTER_READ = 3.0
+
+
+def read_running_a_while_ago(emulator: Emulator, job: Any) -> bool:
+    """The wait read the cluster after seeing ``job`` Running, STRIKE_AFTER_READ or more ago."""
+    started = job.started.timestamp()
+    requests = emulator.requests()
+    polls = [
+        r["t"]
+        for r in requests
+        if r["method"] == "GET" and r["path"].endswith((f"/jobs/{job.name}", "/jobs")) and r["t"] > started
+    ]
+    reads = [
+        r["t"]
+        for r in requests
+        if polls and r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > polls[0]
+    ]
+    return bool(reads) and time.time() - reads[0] >= STRIKE_AFTER_READ
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -70,7 +96,8 @@ def test_the_model_reaches_the_operators_verdict(
         else:
             emulator.cancel_unlogged(job)
 
-    with when_sampled(workspace, act, sampled=name == "replaced at once"):
+    ready = read_running_a_while_ago if name == "replaced at once" else None
+    with when_running(workspace, act, cluster=CLUSTER, ready=ready):
         run, _ = run_case({"polling": polling, "evidence_wait": 1})
     verdict = xcom_value(run, "invoke", key="azureml_verdict")
     real = verdict["witness"]

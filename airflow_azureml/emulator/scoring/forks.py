@@ -2,10 +2,11 @@
 start and MLflow's import (seconds, ~200 MB) each time.
 
 Azure starts a scoring process per node and it imports the model's stack there; the emulator runs every
-job's scoring process on this machine, so it keeps one template process per workspace
-(``_fork_server.py``) that has imported MLflow, scikit-learn and pandas, and forks a fresh child for each
-job's scoring process. The child is what ``ScriptScorer`` would otherwise start with ``subprocess``: its
-own process, with the job's environment, working folder and user log, running ``_script_host.py``, whose
+job's scoring process on this machine, so it keeps a template process (``_fork_server.py``) that has
+imported MLflow, scikit-learn and pandas, and forks a fresh child for each job's scoring process: one
+template per workspace, or one that several emulators share (``Emulator(fork_server=...)``, as the test
+suite does). The child is what ``ScriptScorer`` would otherwise start with ``subprocess``: its own
+process, with the job's environment, working folder and user log, running ``_script_host.py``, whose
 ``init()`` (loading the model) runs in it as before. Nothing of one job's state reaches another: each
 child starts from the template, which never runs a job. Linux only (``SOCK_SEQPACKET`` and ``fork``);
 elsewhere ``ScriptScorer`` starts a process per job, as before.
@@ -159,7 +160,9 @@ class ForkServer:
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
         with self._cond:
             self._cond.wait_for(lambda: pid in self._exits or self._channel is None, timeout)
-            return self._exits.get(pid, None if self._channel is not None else -9)
+            if pid in self._exits:  # taken once (ForkedProcess keeps it): a long-lived template sees pids reused
+                return self._exits.pop(pid)
+            return None if self._channel is not None else -9
 
     def kill(self, pid: int) -> None:
         with self._lock:
