@@ -146,17 +146,28 @@ def compute_reads_since(emulator: Emulator, since: float) -> int:
 
 
 def gauge_read_while_running(emulator: Emulator, job: Any) -> bool:
-    """The wait read the cluster after one of its polls saw the job Running: a compute read after a read of
-    the job (its GET, or a LIST) that arrived once the job had started. A compute read alone is not enough:
-    the waits also read the compute while the job is queued (its nodes are billed then), and a poll that
-    saw the job Queued just before it started takes no gauge evidence from its read."""
+    """The wait read the cluster after one of its polls saw the job Running (``first_gauge_read_while_running``)."""
+    return first_gauge_read_while_running(emulator, job) is not None
+
+
+def first_gauge_read_while_running(emulator: Emulator, job: Any) -> float | None:
+    """When the wait first read the cluster after one of its polls saw the job Running: a compute read after a
+    read of the job (its GET, or a LIST) that arrived once the job had started. A compute read alone is not
+    enough: the waits also read the compute while the job is queued (its nodes are billed then), and a poll
+    that saw the job Queued just before it started takes no gauge evidence from its read."""
     started = job.started.timestamp()
+    requests = emulator.requests()
     seen = [
         r["t"]
-        for r in emulator.requests()
+        for r in requests
         if r["method"] == "GET" and r["path"].endswith((f"/jobs/{job.name}", "/jobs")) and r["t"] > started
     ]  # the job's GET, or the triggerer's LIST of jobs
-    return bool(seen) and compute_reads_since(emulator, seen[0]) >= 1
+    reads = [
+        r["t"]
+        for r in requests
+        if seen and r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > seen[0]
+    ]
+    return reads[0] if reads else None
 
 
 def gauge_read_twice_since(emulator: Emulator, name: str, since: float) -> bool:

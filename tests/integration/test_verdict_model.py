@@ -21,7 +21,7 @@ from benchmarks.verdicts import Timeline, wait
 from tests.conftest import xcom_value
 from tests.helpers import when_running
 from tests.integration import test_exactly_once as exactly_once
-from tests.integration.test_exactly_once import CLUSTER
+from tests.integration.test_exactly_once import CLUSTER, first_gauge_read_while_running
 
 workspace = exactly_once.workspace  # the fixtures
 run_case = exactly_once.run_case
@@ -66,19 +66,8 @@ STRIKE_AFTER_READ = 3.0
 
 def read_running_a_while_ago(emulator: Emulator, job: Any) -> bool:
     """The wait read the cluster after seeing ``job`` Running, STRIKE_AFTER_READ or more ago."""
-    started = job.started.timestamp()
-    requests = emulator.requests()
-    polls = [
-        r["t"]
-        for r in requests
-        if r["method"] == "GET" and r["path"].endswith((f"/jobs/{job.name}", "/jobs")) and r["t"] > started
-    ]
-    reads = [
-        r["t"]
-        for r in requests
-        if polls and r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > polls[0]
-    ]
-    return bool(reads) and time.time() - reads[0] >= STRIKE_AFTER_READ
+    read = first_gauge_read_while_running(emulator, job)
+    return read is not None and time.time() - read >= STRIKE_AFTER_READ
 
 
 @pytest.mark.parametrize("name", list(CASES))
