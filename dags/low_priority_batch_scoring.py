@@ -48,6 +48,8 @@ Environment (read by the DAG processor and the workers alike):
   ``AZUREML_MAX_POLL_SECONDS``, default 300, never below the first interval).
 - ``AZUREML_RESUBMIT_BACKOFF_SECONDS``: back-off of a loop of preemptions: from the third
   preemption of one partition on, doubling (default 60). The first two are resubmitted at once.
+- ``AZUREML_EVIDENCE_WAIT_SECONDS``: how long a preemption seen only near a job's end waits for a person's
+  cancel to show in the Activity Log before it is resubmitted (default 900: such events show minutes late).
 - ``AZUREML_DEFERRABLE``: ``true`` (default) waits in the triggerer, ``false`` in the worker.
 - ``AZUREML_CAPACITY_POOL_CONN_ID``: an Airflow connection to this Airflow's REST API (docs/backfills.md). Set,
   ``sync_capacity_pool`` sizes the pool ``azureml_capacity_<cluster>`` from the cluster and deployment YAML
@@ -93,6 +95,7 @@ RETRY_DELAY = float(os.environ.get("AZUREML_RETRY_DELAY_SECONDS", "120"))
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
+EVIDENCE_WAIT = float(os.environ.get("AZUREML_EVIDENCE_WAIT_SECONDS", "900"))
 # Waiting in the triggerer frees the worker slot for the hours a batch job can take.
 DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
 # The scoring tasks' pool: as many slots as jobs fit on the spot cluster at once (docs/backfills.md).
@@ -184,6 +187,7 @@ with DAG(
         fallback_after=2,
         max_resubmits=3,
         resubmit_backoff=RESUBMIT_BACKOFF,
+        evidence_wait=EVIDENCE_WAIT,
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         max_queue_time="{{ params.max_queue_seconds }}",

@@ -128,6 +128,11 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
             # a job held queued for minutes would back its wait off to 300 s, and the row would sit idle
             "AZUREML_MAX_POLL_SECONDS": "3",
             "AZUREML_RESUBMIT_BACKOFF_SECONDS": "1",
+            # A preemption the waits saw only near its end (their reads delayed on a loaded machine) waits 900 s
+            # for a person's cancel to show in the Activity Log: past a row's 400 s, and the stuck run held one
+            # of the DAG's two active-run slots into the next row (a CI run, twice-preempted row). The rows'
+            # retries are 1 s apart already (tests/conftest.py).
+            "AZUREML_EVIDENCE_WAIT_SECONDS": "20",
         },
     )
     try:

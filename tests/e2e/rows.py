@@ -8,6 +8,7 @@ every row injects its fault into its deployment's one emulator, so rows of one f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -66,6 +67,15 @@ def run_example(
     watcher = in_background(lambda: during(run_id, interval)) if during else None
     try:
         state = e2e.airflow.wait_for_run(DAG_ID, run_id, timeout)
+    except TimeoutError:
+        try:
+            print(explain_run(e2e, run_id, interval))  # what it was doing when the row gave up
+        except Exception as exc:  # the row's own failure is the one to report
+            print(f"could not explain run {run_id}: {exc!r}")
+        # fail the stuck run, so that it holds none of the DAG's max_active_runs slots in the next rows
+        with contextlib.suppress(Exception):
+            e2e.airflow.api("PATCH", f"/dags/{DAG_ID}/dagRuns/{run_id}", json={"state": "failed"})
+        raise
     finally:
         ROW_OVER.set()
         if watcher:
@@ -84,10 +94,17 @@ def explain_run(e2e: E2E, run_id: str, interval: str) -> str:
         lines.append(f"  {ti['task_id']}[{ti['map_index']}] {ti['state']} try {ti['try_number']}")
     for job in sorted(e2e.jobs_for(interval), key=lambda j: j.created):
         lines.append(f"  job {job.name} on {job.compute}: {job.status} {job.created:%H:%M:%S.%f}-{job.ended}")
+    unfinished = {
+        (ti["task_id"], ti["map_index"])
+        for ti in e2e.airflow.task_instances(DAG_ID, run_id)
+        if ti["state"] not in ("success", "skipped")
+    }
     run_logs = e2e.airflow.logs / f"dag_id={DAG_ID}" / f"run_id={run_id}"
-    for log in sorted(run_logs.glob("task_id=*/**/attempt=*.log")):
+    for log in sorted(run_logs.glob("task_id=*/**/attempt=*")):  # a try's log, and its trigger's (Airflow 3)
         text = log.read_text(errors="replace")
-        if '"level":"error"' in text or "Task failed" in text or "ERROR" in text:
+        parts = {p.split("=", 1)[0]: p.split("=", 1)[1] for p in log.relative_to(run_logs).parts if "=" in p}
+        key = (parts.get("task_id"), int(parts.get("map_index", "-1")))
+        if '"level":"error"' in text or "Task failed" in text or "ERROR" in text or key in unfinished:
             lines.append(f"--- {log.relative_to(run_logs)} (last 60 lines)")
             lines.extend(text.splitlines()[-60:])
     return "\n".join(lines)
