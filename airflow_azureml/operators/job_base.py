@@ -215,7 +215,32 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     # -------------------------------------------------------------- execution
     def execute(self, context: Any) -> dict[str, Any]:
         state = self._start(context)
-        return self._proceed(context, state, self._discover(state), watched=False)
+        snapshot, gauge = self._ended_evidence(context, state, self._discover(state))
+        return self._proceed(context, state, snapshot, watched=False, gauge=gauge)
+
+    def _ended_evidence(
+        self, context: Any, state: ResubmissionState, snapshot: JobSnapshot | None
+    ) -> tuple[JobSnapshot | None, GaugeEvidence | None]:
+        """The job an earlier try deferred on and never came back from, found cancelled: the read of its
+        cluster now, which is the read just after its end if the job ended moments ago (``JobWatch``; else it
+        is no evidence).
+
+        Airflow can fail a deferred try whose trigger fired at once, on the executor's late report of the
+        deferral (apache/airflow#67287, #72716): its retry starts here with the event, and the gauge evidence
+        in it, lost. Only that job: one ended before a clear, cancelled by Airflow, judged or reported
+        already, or another run's, is decided as before (``lifecycle.after_cancel``), with no read.
+        """
+        if snapshot is None or snapshot.status != "Canceled" or snapshot.name != state.deferred_on:
+            return snapshot, None
+        decided = (state.counted, state.airflow_canceled, state.before_clear, state.reported_cancels)
+        if any(snapshot.name in names for names in decided):
+            return snapshot, None
+        ended = self.hook.ended_job_evidence(snapshot.name, self.polling)
+        if ended is None:  # not ended after all (a stale read): the wait follows it
+            return snapshot, None
+        snapshot, gauge, usage = ended
+        self._add_usage(context, state, usage)
+        return snapshot, gauge
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Back from the job trigger. The state is rebuilt from ``task_state_store`` and the job chain."""

@@ -70,8 +70,23 @@ if "fallback_compute" in CASE:  # refused by the invoke operator: a deployment's
 if "execution_timeout" in CASE:
     INVOKE_ARGS["execution_timeout"] = timedelta(seconds=CASE["execution_timeout"])
 
+
+class LosesItsFirstEvent(AzureMLInvokeBatchEndpointOperator):
+    """The first try's resumption never happens: Airflow failed that try on the executor's late report of its
+    deferral, after the trigger had fired (apache/airflow#67287, #72716), so the retry starts in ``execute``."""
+
+    def execute_complete(self, context, event):  # type: ignore[no-untyped-def]
+        if context["ti"].try_number == 1:
+            with open(os.environ["AZUREML_TEST_LOST_EVENTS"], "a") as lost:  # the test checks whose event it was
+                lost.write(f"{event.get('job_name')}\n")
+            raise RuntimeError("the trigger's event was lost (case lose_first_event)")
+        return super().execute_complete(context, event)
+
+
+INVOKE_OPERATOR = LosesItsFirstEvent if CASE.get("lose_first_event") else AzureMLInvokeBatchEndpointOperator
+
 with DAG("azureml_invoke_case", schedule=None, start_date=START, default_args=DEFAULTS) as invoke_dag:
-    AzureMLInvokeBatchEndpointOperator(
+    INVOKE_OPERATOR(
         task_id="invoke",
         retry_delay=timedelta(0),
         **INVOKE_ARGS,
