@@ -90,15 +90,12 @@ def run_example(
 def explain_run(e2e: E2E, run_id: str, interval: str) -> str:
     """What a row's run did, for a failed row: its tasks, its jobs, and the log tail of every try that failed."""
     lines = [f"run {run_id}:"]
-    for ti in e2e.airflow.task_instances(DAG_ID, run_id):
+    tis = e2e.airflow.task_instances(DAG_ID, run_id)
+    for ti in tis:
         lines.append(f"  {ti['task_id']}[{ti['map_index']}] {ti['state']} try {ti['try_number']}")
     for job in sorted(e2e.jobs_for(interval), key=lambda j: j.created):
         lines.append(f"  job {job.name} on {job.compute}: {job.status} {job.created:%H:%M:%S.%f}-{job.ended}")
-    unfinished = {
-        (ti["task_id"], ti["map_index"])
-        for ti in e2e.airflow.task_instances(DAG_ID, run_id)
-        if ti["state"] not in ("success", "skipped")
-    }
+    unfinished = {(ti["task_id"], ti["map_index"]) for ti in tis if ti["state"] not in ("success", "skipped")}
     run_logs = e2e.airflow.logs / f"dag_id={DAG_ID}" / f"run_id={run_id}"
     for log in sorted(run_logs.glob("task_id=*/**/attempt=*")):  # a try's log, and its trigger's (Airflow 3)
         text = log.read_text(errors="replace")
