@@ -439,3 +439,9 @@ def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
     if bill.get("cost_unknown"):
         lines.append(f"  cost unknown: {bill['cost_unknown']}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m airflow_azureml.cost: the bill of a range of DAG runs (a backfill)
+    from airflow_azureml.backfill_bill import main
+
+    raise SystemExit(main())

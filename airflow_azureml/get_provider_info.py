@@ -31,7 +31,11 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Azure Machine Learning",
-                "python-modules": ["airflow_azureml.hooks.azure_ml", "airflow_azureml.hooks.airflow_pools"],
+                "python-modules": [
+                    "airflow_azureml.hooks.azure_ml",
+                    "airflow_azureml.hooks.airflow_rest",
+                    "airflow_azureml.hooks.airflow_pools",
+                ],
             }
         ],
         "operators": [

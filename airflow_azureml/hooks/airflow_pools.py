@@ -1,12 +1,7 @@
 """Airflow pools through Airflow's public REST API (``/api/v2/pools``), the way Airflow 3 offers to a task.
 
-A task in Airflow 3 has no metadata-DB session, and the task SDK's Execution API has no pool routes; the
-public REST API does (create, read, patch), with a JWT from the auth manager's ``/auth/token``. The connection
-(any type, e.g. ``http``) names the api-server: ``host`` as a URL (``http://airflow-api:8080``), or host, port
-and ``schema`` (``http``/``https``); ``login``/``password`` are a user allowed to edit pools (``POST
-/auth/token``, as the simple, FAB and Keycloak auth managers document). Without a login the token comes from
-``GET /auth/token``, which only the simple auth manager's ``simple_auth_manager_all_admins`` mode answers.
-Extra ``ca_bundle``: a CA file to trust; TLS verification is never turned off.
+The task SDK's Execution API has no pool routes; the public REST API does (create, read, patch). The
+connection is ``AirflowRestHook``'s, with a user allowed to edit pools.
 """
 
 from __future__ import annotations
@@ -14,73 +9,14 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from airflow.sdk import BaseHook
-
-from airflow_azureml.exceptions import AirflowException, AzureMLConfigError
+from airflow_azureml.hooks.airflow_rest import AirflowRestHook
 
 
-class AirflowPoolsHook(BaseHook):
+class AirflowPoolsHook(AirflowRestHook):
     """Read, create and update one Airflow pool over the public REST API."""
 
-    conn_name_attr = "airflow_conn_id"
-    default_conn_name = "airflow_api"
     hook_name = "Airflow REST API (pools)"
-
-    def __init__(self, airflow_conn_id: str = default_conn_name, timeout: float = 30.0) -> None:
-        super().__init__()
-        self.airflow_conn_id = airflow_conn_id
-        self.timeout = timeout
-        self._client: Any = None
-
-    def base_url(self) -> tuple[str, str | None, str | None, Any]:
-        """``(base URL, login, password, verify)`` from the connection; a clear error when it cannot be used."""
-        try:
-            conn = self.get_connection(self.airflow_conn_id)
-        except Exception as exc:  # AirflowNotFoundException and the task SDK's own errors
-            raise AzureMLConfigError(
-                f"Airflow connection {self.airflow_conn_id!r} (the api-server whose pools to manage) is not "
-                f"defined: {exc}. Give its URL as host and a user allowed to edit pools."
-            ) from None
-        host = (conn.host or "").strip().rstrip("/")
-        if not host:
-            raise AzureMLConfigError(
-                f"Airflow connection {self.airflow_conn_id!r} has no host: give the api-server's URL, e.g. "
-                "http://airflow-api:8080."
-            )
-        if "://" not in host:
-            scheme = conn.schema if conn.schema in ("http", "https") else "http"
-            host = f"{scheme}://{host}" + (f":{conn.port}" if conn.port else "")
-        extra = conn.extra_dejson or {}
-        verify: Any = extra.get("ca_bundle") or True
-        return host, conn.login or None, conn.password or None, verify
-
-    def _connect(self) -> Any:
-        if self._client is None:
-            import httpx
-
-            base, login, password, verify = self.base_url()
-            client = httpx.Client(base_url=base, timeout=self.timeout, verify=verify)
-            if login:
-                answer = client.post("/auth/token", json={"username": login, "password": password or ""})
-            else:
-                answer = client.get("/auth/token")
-            if answer.status_code not in (200, 201):
-                client.close()
-                raise AirflowException(
-                    f"Airflow's api-server at {base} gave no token ({answer.status_code}): "
-                    + ("check the connection's login and password." if login else "give the connection a login.")
-                )
-            client.headers["Authorization"] = f"Bearer {answer.json()['access_token']}"
-            self._client = client
-        return self._client
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._connect().request(method, f"/api/v2{path}", **kwargs)
-        if response.status_code in (401, 403):
-            raise AirflowException(
-                f"{method} {path}: {response.status_code}; the connection's user needs permission to edit pools."
-            )
-        return response
+    needs = "edit pools"
 
     def get_pool(self, name: str) -> dict[str, Any] | None:
         response = self._call("GET", f"/pools/{quote(name, safe='')}")
@@ -102,14 +38,3 @@ class AirflowPoolsHook(BaseHook):
         body = {"pool": name, **wanted}
         response = self._call("PATCH", f"/pools/{quote(name, safe='')}", params={"update_mask": fields}, json=body)
         return self._ok(response, f"update pool {name}")
-
-    @staticmethod
-    def _ok(response: Any, what: str) -> dict[str, Any]:
-        if response.status_code >= 400:
-            raise AirflowException(f"Airflow's REST API could not {what}: {response.status_code} {response.text[:300]}")
-        return dict(response.json())
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None

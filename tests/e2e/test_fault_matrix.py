@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -258,6 +261,38 @@ def test_two_overlapping_dag_runs(e2e: E2E) -> None:
     windows = sorted((ti["start_date"], ti["end_date"], ti["dag_run_id"], ti["task_id"]) for ti in infra)
     for before, after in itertools.pairwise(windows):
         assert before[1] <= after[0], f"two infrastructure writes at once: {before} and {after}"
+    check_the_bill_of_the_range(e2e, dates, runs)
+
+
+def check_the_bill_of_the_range(e2e: E2E, dates: list[str], runs: list[str]) -> None:
+    """``python -m airflow_azureml.cost`` over the two runs' range, against the real api-server: every job of
+    both intervals billed, both runs' cost reports read, and the two runs' shared cluster time billed once."""
+    from airflow_azureml import cost
+
+    env = {**os.environ, "AIRFLOW_CONN_AIRFLOW_API": json.dumps({"conn_type": "http", "host": e2e.airflow.base})}
+    argv = [sys.executable, "-m", "airflow_azureml.cost", "--dag-id", DAG_ID, "--from", dates[0][:10]]
+    argv += ["--to", dates[1][:10], "--no-metrics"]
+    done = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bill = json.loads(done.stdout)
+    assert [r["run_id"] for r in bill["runs"]] == runs and all(r["state"] == "success" for r in bill["runs"])
+    for run, date in zip(bill["runs"], dates, strict=True):
+        assert run["tasks_reported"] == CONF["partitions"], run
+        assert set(run["jobs"]) == {j.name for j in e2e.jobs_for(e2e.interval_key(date))}, run
+    # the same reports, read by the test itself, give the same total
+    reports = []
+    for run_id in runs:
+        for ti in e2e.airflow.task_instances(DAG_ID, run_id):
+            if ti["task_id"] == "score_partition":
+                path = f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/score_partition/xcomEntries/azureml_cost"
+                reports.append(e2e.airflow.api("GET", path, params={"map_index": ti["map_index"]})["value"])
+    expected = cost.run_bill(reports)
+    assert bill["cost"] is not None and bill["cost"] == pytest.approx(expected["cost"])
+    assert bill["node_hours"] == pytest.approx(expected["node_hours"]) and sum(bill["node_hours"].values()) > 0
+    assert bill["cost"] <= bill["sum_of_runs_cost"] + 1e-9  # overlapping runs: shared time billed once
+    text = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert text.returncode == 0 and f"Azure ML bill of {DAG_ID}, 2 runs" in text.stdout, text.stderr[-2000:]
+    print(text.stdout)  # the real output that docs/backfills.md shows
 
 
 def test_no_secret_or_token_in_logs_xcom_or_trigger_rows(e2e: E2E) -> None:

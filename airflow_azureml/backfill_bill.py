@@ -1,0 +1,241 @@
+"""The bill of a range of DAG runs (a backfill): ``python -m airflow_azureml.cost --dag-id ... --from ... --to ...``.
+
+Each job task reports its chain's bill in XCom ``azureml_cost`` (``operators.job_cost``). This command reads
+those reports for every DAG run whose logical date is in the range, through Airflow's public REST API
+(``AirflowRestHook``: in Airflow 3 nothing outside the api-server may read the metadata DB), and sums them
+with ``cost.run_bill``: per compute over the union of the tasks' times, so runs that shared a cluster at the
+same time are billed once for that time and the range's total can be less than the sum of its runs. It prints
+the bill, and sends it as metrics through Airflow's ``Stats`` (a no-op unless ``[metrics]`` sends somewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from airflow_azureml import cost
+from airflow_azureml.hooks.airflow_rest import AirflowRestHook
+
+COST_XCOM_KEY = "azureml_cost"  # operators.job_cost.COST_XCOM_KEY (tests hold the two equal)
+PAGE = 100
+
+
+@dataclass
+class RunCosts:
+    """One DAG run and the cost reports of its tasks."""
+
+    run_id: str
+    logical_date: str | None
+    state: str | None
+    run_type: str | None
+    costs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def parse_bound(text: str, *, end: bool) -> datetime:
+    """A date (the whole day: from its start, or to its last microsecond) or an ISO date-time; naive means UTC."""
+    text = text.strip()
+    try:
+        if len(text) == 10:
+            day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
+            return datetime.combine(day.date(), time.max, UTC) if end else day
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 date-time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def check_range(start: datetime, end: datetime) -> None:
+    if start > end:
+        raise ValueError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
+    if end - start > timedelta(days=3660):
+        raise ValueError("the range is over ten years long: give --from and --to")
+
+
+class DagRunCostsHook(AirflowRestHook):
+    """Reads a range of DAG runs and their tasks' ``azureml_cost`` XComs over ``/api/v2``."""
+
+    hook_name = "Airflow REST API (cost reports)"
+    needs = "read the DAG's runs and XComs"
+
+    def _pages(self, path: str, params: dict[str, Any], items: str, what: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            page = self._ok(self._call("GET", path, params={**params, "limit": PAGE, "offset": len(out)}), what)
+            batch = list(page.get(items) or [])
+            out.extend(batch)
+            if not batch or len(out) >= int(page.get("total_entries") or 0):
+                return out
+
+    def dag_runs(self, dag_id: str, start: datetime, end: datetime, run_type: str | None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {
+            "logical_date_gte": start.isoformat(),
+            "logical_date_lte": end.isoformat(),
+            "order_by": "logical_date",
+        }
+        if run_type:
+            params["run_type"] = run_type
+        return self._pages(f"/dags/{quote(dag_id, safe='')}/dagRuns", params, "dag_runs", f"list the runs of {dag_id}")
+
+    def cost_entries(self, dag_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """Which tasks reported a cost in the range (the list holds no values); all runs in one listing."""
+        params = {"xcom_key": COST_XCOM_KEY, "logical_date_gte": start.isoformat(), "logical_date_lte": end.isoformat()}
+        path = f"/dags/{quote(dag_id, safe='')}/dagRuns/~/taskInstances/~/xcomEntries"
+        return self._pages(path, params, "xcom_entries", f"list the cost reports of {dag_id}")
+
+    def cost_value(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
+        path = (
+            f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+            f"{quote(task_id, safe='')}/xcomEntries/{COST_XCOM_KEY}"
+        )
+        response = self._call("GET", path, params={"map_index": map_index})
+        if response.status_code == 404:  # cleared since it was listed
+            return None
+        value = self._ok(response, f"read the cost report of {task_id}[{map_index}] in {run_id}").get("value")
+        if isinstance(value, str):  # stored as JSON text by some Airflow versions and XCom backends
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        return value if isinstance(value, Mapping) else None
+
+    def read(self, dag_id: str, start: datetime, end: datetime, run_type: str | None = None) -> list[RunCosts]:
+        runs = {
+            r["dag_run_id"]: RunCosts(r["dag_run_id"], r.get("logical_date"), r.get("state"), r.get("run_type"))
+            for r in self.dag_runs(dag_id, start, end, run_type)
+        }
+        for entry in self.cost_entries(dag_id, start, end):
+            run = runs.get(entry.get("run_id"))
+            if run is None:  # another run type than asked for
+                continue
+            value = self.cost_value(dag_id, run.run_id, entry["task_id"], int(entry.get("map_index", -1)))
+            if value is not None:
+                run.costs.append(dict(value))
+        return list(runs.values())
+
+
+def bill_of_runs(runs: Sequence[RunCosts]) -> dict[str, Any]:
+    """The range's bill (``cost.run_bill`` over every task of every run) and one line of figures per run."""
+    total = cost.run_bill(c for run in runs for c in run.costs)
+    total.pop("usage", None)
+    total.pop("tasks", None)
+    per_run = []
+    for run in runs:
+        one = cost.run_bill(run.costs)
+        per_run.append(
+            {
+                "run_id": run.run_id,
+                "logical_date": run.logical_date,
+                "state": run.state,
+                "run_type": run.run_type,
+                "tasks_reported": len(run.costs),
+                "jobs": sorted({j for c in run.costs for j in c.get("job_names") or []}),
+                "cost": one.get("cost"),
+                "dedicated_equivalent": (one.get("dedicated_equivalent") or {}).get("cost"),
+                "savings": one.get("savings"),
+                "preemptions": one.get("preemptions", 0),
+            }
+        )
+    total["runs"] = per_run
+    total["jobs"] = sorted({j for r in per_run for j in r["jobs"]})
+    total["tasks_reported"] = sum(r["tasks_reported"] for r in per_run)
+    total["sum_of_runs_cost"] = (
+        None if any(r["cost"] is None for r in per_run) else round(sum(r["cost"] for r in per_run), 6)
+    )
+    return total
+
+
+def bill_metrics(bill: Mapping[str, Any], dag_id: str) -> list[tuple[str, float, dict[str, str]]]:
+    """``(name, value, tags)`` gauges of a range's bill (docs/cost.md); unknown values are left out."""
+    tags = {"dag_id": dag_id}
+    out: list[tuple[str, float, dict[str, str]]] = [("azureml.backfill.runs", float(len(bill.get("runs") or [])), tags)]
+    for tier, hours in sorted((bill.get("node_hours") or {}).items()):
+        out.append(("azureml.backfill.node_hours", float(hours), {**tags, "tier": tier}))
+    for name in ("evicted_node_hours", "lost_node_hours", "preemptions", "cost", "savings", "savings_pct"):
+        if bill.get(name) is not None:
+            out.append((f"azureml.backfill.{name}", float(bill[name]), tags))
+    equivalent = (bill.get("dedicated_equivalent") or {}).get("cost")
+    if equivalent is not None:
+        out.append(("azureml.backfill.dedicated_equivalent_cost", float(equivalent), tags))
+    return out
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.4f}"
+
+
+def format_runs(bill: Mapping[str, Any], dag_id: str, start: datetime, end: datetime) -> str:
+    runs = bill.get("runs") or []
+    lines = [f"{len(runs)} runs of {dag_id} with a logical date from {start.isoformat()} to {end.isoformat()}"]
+    if runs:
+        lines.append(f"  {'logical date':<26} {'state':<8} {'tasks':>5} {'jobs':>4} {'cost':>10} {'all-dedicated':>13}")
+    for run in runs:
+        lines.append(
+            f"  {str(run['logical_date'] or run['run_id'])[:26]:<26} {str(run['state'])[:8]:<8} "
+            f"{run['tasks_reported']:>5} {len(run['jobs']):>4} {_money(run['cost']):>10} "
+            f"{_money(run['dedicated_equivalent']):>13}"
+        )
+    unfinished = [r for r in runs if r["state"] not in ("success", "failed")]
+    if unfinished:
+        lines.append(f"  {len(unfinished)} runs not finished: their part of the bill is what they reported so far")
+    if bill.get("sum_of_runs_cost") is not None and bill.get("cost") is not None:
+        lines.append(
+            f"  sum of the runs {_money(bill['sum_of_runs_cost'])}; the range {_money(bill['cost'])}: runs that "
+            "waited on one cluster at the same time share its nodes, billed once"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_azureml.cost",
+        description="The Azure ML bill of a DAG's runs in a range of logical dates (a backfill), from the job "
+        "tasks' azureml_cost XComs, read through Airflow's REST API.",
+    )
+    parser.add_argument("--dag-id", required=True)
+    parser.add_argument("--from", dest="start", required=True, help="first logical date: YYYY-MM-DD or ISO 8601")
+    parser.add_argument("--to", dest="end", required=True, help="last logical date, inclusive: YYYY-MM-DD or ISO 8601")
+    parser.add_argument("--run-type", help="only runs of this type, e.g. backfill or scheduled")
+    parser.add_argument("--conn-id", default=AirflowRestHook.default_conn_name, help="the api-server's connection")
+    parser.add_argument("--json", action="store_true", help="print the bill as JSON")
+    parser.add_argument("--no-metrics", action="store_true", help="do not send the bill as metrics")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:  # bad input is refused before any call
+        start, end = parse_bound(args.start, end=False), parse_bound(args.end, end=True)
+        check_range(start, end)
+        if not args.dag_id.strip():
+            raise ValueError("--dag-id is empty")
+    except ValueError as exc:
+        parser.error(str(exc))
+    hook = DagRunCostsHook(args.conn_id)
+    try:
+        runs = hook.read(args.dag_id, start, end, args.run_type)
+    except Exception as exc:
+        from airflow_azureml.redaction import scrub
+
+        print(f"error: {scrub(str(exc), limit=500)}", file=sys.stderr)
+        return 1
+    finally:
+        hook.close()
+    bill = bill_of_runs(runs)
+    bill.update(dag_id=args.dag_id, start=start.isoformat(), end=end.isoformat())
+    if args.json:
+        print(json.dumps(bill, indent=2, sort_keys=True))
+    else:
+        print(format_runs(bill, args.dag_id, start, end))
+        print(cost.format_bill(bill, title=f"Azure ML bill of {args.dag_id}, {len(runs)} runs"))
+    if not args.no_metrics:
+        try:
+            from airflow_azureml import compat
+
+            stats = compat.stats()
+            for name, value, tags in bill_metrics(bill, args.dag_id):
+                stats.gauge(name, value, tags=tags)
+        except Exception as exc:  # metrics are best effort
+            print(f"metrics not sent: {type(exc).__name__}", file=sys.stderr)
+    return 0

@@ -1,0 +1,174 @@
+"""backfill_bill: the bill of a range of DAG runs, read through Airflow's REST API (here a fake transport)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_azureml import backfill_bill, cost
+from airflow_azureml.backfill_bill import DagRunCostsHook, RunCosts, bill_metrics, bill_of_runs, parse_bound
+
+PRICES = {"spot-c": {"dedicated": 0.3, "spot": 0.06, "source": "manual"}}
+
+
+def report(job: str, start: float, end: float, task: str, preemptions: int = 0) -> dict[str, Any]:
+    """A task's ``azureml_cost`` as the job operators push it: two spot nodes running from start to end."""
+    usage = {
+        "v": 1,
+        "computes": {"spot-c": {"vm_size": "STANDARD_DS3_V2", "location": "eastus", "tier": "low_priority"}},
+        "spans": [{"job": job, "compute": "spot-c", "points": [[start, 0, 2, 0, 0, 0, 0]], "end": end, "statuses": []}],
+    }
+    bill = cost.estimate(usage, PRICES, preemptions=preemptions)
+    bill.update(task_id=task, map_index=0, job_names=[job], usage=usage)
+    return bill
+
+
+def test_the_key_is_the_operators() -> None:
+    from airflow_azureml.operators.job_cost import COST_XCOM_KEY
+
+    assert backfill_bill.COST_XCOM_KEY == COST_XCOM_KEY
+
+
+def test_bounds_a_date_is_the_whole_day_and_naive_means_utc() -> None:
+    assert parse_bound("2026-01-02", end=False) == datetime(2026, 1, 2, tzinfo=UTC)
+    assert parse_bound("2026-01-02", end=True) == datetime(2026, 1, 2, 23, 59, 59, 999999, tzinfo=UTC)
+    assert parse_bound("2026-01-02T06:00:00", end=True) == datetime(2026, 1, 2, 6, tzinfo=UTC)
+    assert parse_bound("2026-01-02T06:00:00Z", end=False) == datetime(2026, 1, 2, 6, tzinfo=UTC)
+    with pytest.raises(ValueError, match="not a date"):
+        parse_bound("yesterday", end=False)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dag-id", "d", "--from", "2026-02-01", "--to", "2026-01-01"], "is after --to"),
+        (["--dag-id", "d", "--from", "last week", "--to", "2026-01-01"], "not a date"),
+        (["--dag-id", " ", "--from", "2026-01-01", "--to", "2026-01-01"], "--dag-id is empty"),
+        (["--from", "2026-01-01", "--to", "2026-01-01"], "--dag-id"),
+    ],
+)
+def test_bad_input_is_refused_before_any_call(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_call(*_: Any, **__: Any) -> None:
+        raise AssertionError("the API was called")
+
+    monkeypatch.setattr(DagRunCostsHook, "_connect", no_call)
+    with pytest.raises(SystemExit) as exited:
+        backfill_bill.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+class FakeApi:
+    """Airflow's /api/v2 routes the hook reads, over runs and XCom values held here; records every request."""
+
+    def __init__(self, runs: list[dict[str, Any]], values: dict[tuple[str, str, int], Any]) -> None:
+        self.runs, self.values, self.requests = runs, values, []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path, query = request.url.raw_path.decode().split("?")[0], request.url.params  # as sent: quoted
+        assert request.headers["Authorization"] == "Bearer t0ken"
+        if path == "/api/v2/dags/score%20it/dagRuns":
+            assert query["logical_date_gte"] == "2026-01-01T00:00:00+00:00"
+            rows = [r for r in self.runs if not query.get("run_type") or r["run_type"] == query["run_type"]]
+            return self.page(rows, "dag_runs", query)
+        if path == "/api/v2/dags/score%20it/dagRuns/~/taskInstances/~/xcomEntries":
+            assert query["xcom_key"] == "azureml_cost"
+            rows = [{"run_id": r, "task_id": t, "map_index": m} for (r, t, m) in self.values]
+            return self.page(rows, "xcom_entries", query)
+        prefix = "/api/v2/dags/score%20it/dagRuns/"
+        if path.startswith(prefix) and path.endswith("/xcomEntries/azureml_cost"):
+            run_id, _, task_id = path[len(prefix) :].split("/")[:3]
+            key = (run_id, task_id, int(query["map_index"]))
+            if key not in self.values or self.values[key] == 404:
+                return httpx.Response(404, json={"detail": "not found"})
+            return httpx.Response(200, json={"key": "azureml_cost", "value": self.values[key]})
+        return httpx.Response(500, text=f"unexpected {path}")
+
+    @staticmethod
+    def page(rows: list[dict[str, Any]], items: str, query: Any) -> httpx.Response:
+        offset, limit = int(query["offset"]), int(query["limit"])
+        return httpx.Response(200, json={items: rows[offset : offset + limit], "total_entries": len(rows)})
+
+
+def hook_on(api: FakeApi) -> DagRunCostsHook:
+    hook = DagRunCostsHook()
+    hook._client = httpx.Client(
+        base_url="http://airflow", transport=httpx.MockTransport(api), headers={"Authorization": "Bearer t0ken"}
+    )
+    return hook
+
+
+def test_reads_every_page_and_keeps_only_the_runs_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backfill_bill, "PAGE", 2)
+    runs = [
+        {"dag_run_id": f"backfill__{d}", "logical_date": d, "state": "success", "run_type": "backfill"}
+        for d in ("2026-01-01", "2026-01-02", "2026-01-03")
+    ] + [{"dag_run_id": "manual__1", "logical_date": "2026-01-02", "state": "success", "run_type": "manual"}]
+    values = {
+        ("backfill__2026-01-01", "score", 0): report("j1", 0, 3600, "score"),
+        ("backfill__2026-01-01", "score", 1): json.dumps(report("j2", 0, 3600, "score")),  # JSON text
+        ("backfill__2026-01-02", "score", 0): report("j3", 7200, 10800, "score"),
+        ("backfill__2026-01-03", "score", 0): 404,  # cleared after the listing
+        ("manual__1", "score", 0): report("j4", 0, 3600, "score"),
+    }
+    api = FakeApi(runs, values)
+    hook = hook_on(api)
+    start, end = parse_bound("2026-01-01", end=False), parse_bound("2026-01-03", end=True)
+    read = hook.read("score it", start, end, run_type="backfill")
+    assert [(r.run_id, len(r.costs)) for r in read] == [
+        ("backfill__2026-01-01", 2),
+        ("backfill__2026-01-02", 1),
+        ("backfill__2026-01-03", 0),
+    ]
+    assert sum(r.url.path.endswith("/dagRuns") for r in api.requests) == 2  # 3 runs, pages of 2
+    # every run in the range (the manual one too) without the run-type filter
+    assert len(hook.read("score it", start, end)) == 4
+
+
+def test_the_bill_of_the_range_counts_shared_cluster_time_once() -> None:
+    # runs A and B waited on one cluster at the same time (a backfill's overlapping runs), C an hour later
+    a = RunCosts("a", "2026-01-01", "success", "backfill", [report("ja", 0, 3600, "score", preemptions=1)])
+    b = RunCosts("b", "2026-01-02", "success", "backfill", [report("jb", 0, 3600, "score")])
+    c = RunCosts("c", "2026-01-03", "running", "backfill", [report("jc", 7200, 10800, "score")])
+    empty = RunCosts("d", "2026-01-04", "failed", "backfill", [])
+    bill = bill_of_runs([a, b, c, empty])
+    assert bill["node_hours"]["low_priority"] == pytest.approx(4.0)  # 2 nodes x (1 h shared by A and B + C's 1 h)
+    assert bill["cost"] == pytest.approx(4 * 0.06)
+    assert bill["sum_of_runs_cost"] == pytest.approx(6 * 0.06)  # each run alone pays for the shared hour
+    assert bill["preemptions"] == 1 and bill["jobs"] == ["ja", "jb", "jc"] and bill["tasks_reported"] == 3
+    assert [(r["run_id"], r["tasks_reported"], r["cost"]) for r in bill["runs"]][3] == ("d", 0, 0.0)
+    assert "usage" not in bill and "tasks" not in bill
+    json.dumps(bill)
+    text = backfill_bill.format_runs(bill, "score", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 4, tzinfo=UTC))
+    assert "4 runs of score" in text and "1 runs not finished" in text and "billed once" in text
+
+
+def test_metrics_of_the_range() -> None:
+    run = RunCosts("a", "2026-01-01", "success", "backfill", [report("ja", 0, 3600, "score", preemptions=2)])
+    sent = {(name, tuple(sorted(tags.items()))): value for name, value, tags in bill_metrics(bill_of_runs([run]), "d")}
+    assert sent[("azureml.backfill.runs", (("dag_id", "d"),))] == 1
+    assert sent[("azureml.backfill.node_hours", (("dag_id", "d"), ("tier", "low_priority")))] == pytest.approx(2.0)
+    assert sent[("azureml.backfill.cost", (("dag_id", "d"),))] == pytest.approx(0.12)
+    assert sent[("azureml.backfill.preemptions", (("dag_id", "d"),))] == 2
+    assert sent[("azureml.backfill.dedicated_equivalent_cost", (("dag_id", "d"),))] == pytest.approx(0.6)
+
+
+def test_an_api_error_is_one_line_without_the_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    leaked = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.c2lnbmF0dXJlc2lnbmF0dXJl"
+
+    def failing(self: DagRunCostsHook, *_: Any) -> list[RunCosts]:
+        raise RuntimeError(f"500 from the api-server; request had Authorization: Bearer {leaked}")
+
+    monkeypatch.setattr(DagRunCostsHook, "read", failing)
+    code = backfill_bill.main(["--dag-id", "d", "--from", "2026-01-01", "--to", "2026-01-02", "--no-metrics"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("error: 500 from the api-server") and leaked not in err
