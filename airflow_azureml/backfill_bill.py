@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -35,19 +35,33 @@ class RunCosts:
     state: str | None
     run_type: str | None
     costs: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: int = 0  # listed reports whose value is gone or not a report (e.g. a remote XCom backend's path)
 
 
 def parse_bound(text: str, *, end: bool) -> datetime:
     """A date (the whole day: from its start, or to its last microsecond) or an ISO date-time; naive means UTC."""
     text = text.strip()
     try:
-        if len(text) == 10:
-            day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
-            return datetime.combine(day.date(), time.max, UTC) if end else day
+        day = date.fromisoformat(text)  # YYYY-MM-DD, and the compact YYYYMMDD
+    except ValueError:
+        pass
+    else:
+        return datetime.combine(day, time.max if end else time.min, UTC)
+    try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 date-time") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def run_types() -> list[str]:
+    """The DAG run types of the running Airflow (3.3 has more than 3.1)."""
+    try:
+        from airflow.utils.types import DagRunType
+
+        return [t.value for t in DagRunType]
+    except ImportError:  # not expected on 3.1-3.3; the server checks it then
+        return []
 
 
 def check_range(start: datetime, end: datetime) -> None:
@@ -109,12 +123,19 @@ class DagRunCostsHook(AirflowRestHook):
             r["dag_run_id"]: RunCosts(r["dag_run_id"], r.get("logical_date"), r.get("state"), r.get("run_type"))
             for r in self.dag_runs(dag_id, start, end, run_type)
         }
+        seen: set[tuple[str, str, int]] = set()
         for entry in self.cost_entries(dag_id, start, end):
             run = runs.get(entry.get("run_id"))
             if run is None:  # another run type than asked for
                 continue
-            value = self.cost_value(dag_id, run.run_id, entry["task_id"], int(entry.get("map_index", -1)))
-            if value is not None:
+            key = (run.run_id, str(entry["task_id"]), int(entry.get("map_index", -1)))
+            if key in seen:  # an offset page shifted by a report added meanwhile (a backfill still going)
+                continue
+            seen.add(key)
+            value = self.cost_value(dag_id, *key)
+            if value is None:
+                run.unreadable += 1
+            else:
                 run.costs.append(dict(value))
         return list(runs.values())
 
@@ -134,9 +155,11 @@ def bill_of_runs(runs: Sequence[RunCosts]) -> dict[str, Any]:
                 "state": run.state,
                 "run_type": run.run_type,
                 "tasks_reported": len(run.costs),
+                "reports_unreadable": run.unreadable,
                 "jobs": sorted({j for c in run.costs for j in c.get("job_names") or []}),
-                "cost": one.get("cost"),
-                "dedicated_equivalent": (one.get("dedicated_equivalent") or {}).get("cost"),
+                "cost": one.get("cost") if run.costs else None,  # no report: unknown, not $0
+                "node_hours": sum((one.get("node_hours") or {}).values()),
+                "dedicated_equivalent": (one.get("dedicated_equivalent") or {}).get("cost") if run.costs else None,
                 "savings": one.get("savings"),
                 "preemptions": one.get("preemptions", 0),
             }
@@ -144,10 +167,28 @@ def bill_of_runs(runs: Sequence[RunCosts]) -> dict[str, Any]:
     total["runs"] = per_run
     total["jobs"] = sorted({j for r in per_run for j in r["jobs"]})
     total["tasks_reported"] = sum(r["tasks_reported"] for r in per_run)
-    total["sum_of_runs_cost"] = (
-        None if any(r["cost"] is None for r in per_run) else round(sum(r["cost"] for r in per_run), 6)
-    )
+    total["reports_unreadable"] = sum(r["reports_unreadable"] for r in per_run)
+    reported = [r for r in per_run if r["tasks_reported"]]
+    total["sum_of_runs_cost"] = None if any(r["cost"] is None for r in reported) else sum(r["cost"] for r in reported)
+    total["sum_of_runs_node_hours"] = sum(r["node_hours"] for r in per_run)
+    total["price_changes"] = price_changes(c for run in runs for c in run.costs)
     return total
+
+
+def price_changes(reports: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Computes whose hourly price differs between reports: the range's bill prices each compute at one rate
+    (``cost.run_bill``), so over a long backfill whose spot price moved the total is approximate."""
+    seen: dict[str, dict[str, set[float]]] = {}
+    for report in reports:
+        for name, entry in (report.get("computes") or {}).items():
+            for kind in ("hourly_price", "dedicated_hourly_price"):
+                if entry.get(kind) is not None:
+                    seen.setdefault(name, {}).setdefault(kind, set()).add(float(entry[kind]))
+    return {
+        name: {kind: sorted(rates) for kind, rates in kinds.items() if len(rates) > 1}
+        for name, kinds in sorted(seen.items())
+        if any(len(rates) > 1 for rates in kinds.values())
+    }
 
 
 def bill_metrics(bill: Mapping[str, Any], dag_id: str) -> list[tuple[str, float, dict[str, str]]]:
@@ -175,19 +216,34 @@ def format_runs(bill: Mapping[str, Any], dag_id: str, start: datetime, end: date
     if runs:
         lines.append(f"  {'logical date':<26} {'state':<8} {'tasks':>5} {'jobs':>4} {'cost':>10} {'all-dedicated':>13}")
     for run in runs:
+        money = (
+            (_money(run["cost"]), _money(run["dedicated_equivalent"])) if run["tasks_reported"] else ("no report", "")
+        )
         lines.append(
             f"  {str(run['logical_date'] or run['run_id'])[:26]:<26} {str(run['state'])[:8]:<8} "
-            f"{run['tasks_reported']:>5} {len(run['jobs']):>4} {_money(run['cost']):>10} "
-            f"{_money(run['dedicated_equivalent']):>13}"
+            f"{run['tasks_reported']:>5} {len(run['jobs']):>4} {money[0]:>10} {money[1]:>13}"
+        )
+    if not runs:
+        lines.append(
+            "  no run: check the DAG id and the range (logical dates, UTC); runs without a logical date are not read"
         )
     unfinished = [r for r in runs if r["state"] not in ("success", "failed")]
     if unfinished:
         lines.append(f"  {len(unfinished)} runs not finished: their part of the bill is what they reported so far")
-    if bill.get("sum_of_runs_cost") is not None and bill.get("cost") is not None:
+    if bill.get("reports_unreadable"):
+        lines.append(
+            f"  {bill['reports_unreadable']} cost reports could not be read (cleared meanwhile, or not stored in "
+            "Airflow's database by a custom XCom backend): the bill leaves them out"
+        )
+    shared = bill.get("sum_of_runs_node_hours", 0.0) - sum((bill.get("node_hours") or {}).values())
+    if shared > 1e-9 and bill.get("sum_of_runs_cost") is not None and bill.get("cost") is not None:
         lines.append(
             f"  sum of the runs {_money(bill['sum_of_runs_cost'])}; the range {_money(bill['cost'])}: runs that "
-            "waited on one cluster at the same time share its nodes, billed once"
+            f"waited on one cluster at the same time share its nodes ({shared:.4f} node-hours), billed once"
         )
+    for name, kinds in (bill.get("price_changes") or {}).items():
+        rates = "; ".join(f"{kind} {min(v)}-{max(v)}/h" for kind, v in kinds.items())
+        lines.append(f"  {name}: its price changed within the range ({rates}); the range is priced at one rate")
     return "\n".join(lines)
 
 
@@ -200,7 +256,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--dag-id", required=True)
     parser.add_argument("--from", dest="start", required=True, help="first logical date: YYYY-MM-DD or ISO 8601")
     parser.add_argument("--to", dest="end", required=True, help="last logical date, inclusive: YYYY-MM-DD or ISO 8601")
-    parser.add_argument("--run-type", help="only runs of this type, e.g. backfill or scheduled")
+    parser.add_argument("--run-type", choices=run_types() or None, help="only runs of this type, e.g. backfill")
     parser.add_argument("--conn-id", default=AirflowRestHook.default_conn_name, help="the api-server's connection")
     parser.add_argument("--json", action="store_true", help="print the bill as JSON")
     parser.add_argument("--no-metrics", action="store_true", help="do not send the bill as metrics")
@@ -233,7 +289,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         try:
             from airflow_azureml import compat
 
-            stats = compat.stats()
+            stats = compat.command_stats()
             for name, value, tags in bill_metrics(bill, args.dag_id):
                 stats.gauge(name, value, tags=tags)
         except Exception as exc:  # metrics are best effort

@@ -202,6 +202,31 @@ def stats() -> Any:
     return Stats
 
 
+def command_stats() -> Any:
+    """Airflow's metrics client in a process that is not a task (a command such as the backfill bill).
+
+    A task's runner sets the client up from ``[metrics]``; nothing does in a plain process, where 3.2 and 3.3
+    would send nothing. So it is set up here the way each version's task runner does it.
+    """
+    try:
+        from airflow.sdk.observability.metrics import stats_utils
+    except ImportError:  # Airflow 3.1: airflow.stats sets itself up from the config on first use
+        return stats()
+    try:  # Airflow 3.3: a module-level client
+        from airflow.sdk import conf as sdk_conf
+        from airflow.sdk.observability import stats as module
+
+        module.initialize(  # type: ignore[attr-defined]
+            factory=stats_utils.get_stats_factory(),
+            export_legacy_names=sdk_conf.getboolean("metrics", "legacy_names_on", fallback=True),
+        )
+        return module
+    except (ImportError, AttributeError, TypeError):  # Airflow 3.2: the Stats class takes the factory
+        client = stats()
+        client.initialize(factory=stats_utils.get_stats_factory(client))
+        return client
+
+
 def __getattr__(name: str) -> Any:
     """``conf`` on first access: the task SDK exports it from 3.2 on, 3.1 only from core."""
     if name == "conf":

@@ -141,6 +141,8 @@ class ActionRunner:
                 op.log.info("Job %s completed: %s", snapshot.name, result)
                 return result
             elif isinstance(action, lifecycle.Raise):
+                if state.job_names:  # a chain that ends in failure was billed too: its report goes out as well
+                    op._report_cost(self.context, state)
                 raise error_for(action, snapshot, verdict)
             # lifecycle.Wait: the loop waits for the chain's newest job
         return None

@@ -281,6 +281,10 @@ def test_preemptions_beyond_budget_raise_preempted_error(workspace: Emulator, ru
     assert failures[0]["type"] == "AzureMLJobPreemptedError"
     assert "max_resubmits=1" in failures[0]["message"]
     assert len(workspace.jobs()) == 2
+    # the chain that ran out of preemptions is billed too (the bill of a run or a backfill reads this XCom)
+    report = xcom_value(run, "invoke", key="azureml_cost")
+    assert report["job_names"] == [j.name for j in workspace.jobs()] and report["preemptions"] == 2
+    assert sum(report["node_hours"].values()) > 0 and report["lost_node_hours"] > 0
 
 
 def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -> None:
@@ -299,6 +303,8 @@ def test_failed_job_raises_with_service_message(workspace: Emulator, run_case) -
     # the MLflow model's own error, as Azure reports it: the signature's column type cannot read the value
     assert "mini-batch" in message and "Error processing input file" in message and "not-a-number" in message
     assert len(workspace.jobs()) == 1
+    report = xcom_value(run, "invoke", key="azureml_cost")  # a failed job's nodes are billed: so is its task
+    assert report["job_names"] == [workspace.jobs()[0].name] and sum(report["node_hours"].values()) > 0
 
 
 def stored_state(run: Any, task_id: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def test_bounds_a_date_is_the_whole_day_and_naive_means_utc() -> None:
     assert parse_bound("2026-01-02", end=True) == datetime(2026, 1, 2, 23, 59, 59, 999999, tzinfo=UTC)
     assert parse_bound("2026-01-02T06:00:00", end=True) == datetime(2026, 1, 2, 6, tzinfo=UTC)
     assert parse_bound("2026-01-02T06:00:00Z", end=False) == datetime(2026, 1, 2, 6, tzinfo=UTC)
+    assert parse_bound("20260102", end=True) == datetime(2026, 1, 2, 23, 59, 59, 999999, tzinfo=UTC)  # a day too
     with pytest.raises(ValueError, match="not a date"):
         parse_bound("yesterday", end=False)
 
@@ -49,6 +50,7 @@ def test_bounds_a_date_is_the_whole_day_and_naive_means_utc() -> None:
         (["--dag-id", "d", "--from", "last week", "--to", "2026-01-01"], "not a date"),
         (["--dag-id", " ", "--from", "2026-01-01", "--to", "2026-01-01"], "--dag-id is empty"),
         (["--from", "2026-01-01", "--to", "2026-01-01"], "--dag-id"),
+        (["--dag-id", "d", "--from", "2026-01-01", "--to", "2026-01-01", "--run-type", "bogus"], "invalid choice"),
     ],
 )
 def test_bad_input_is_refused_before_any_call(
@@ -67,8 +69,11 @@ def test_bad_input_is_refused_before_any_call(
 class FakeApi:
     """Airflow's /api/v2 routes the hook reads, over runs and XCom values held here; records every request."""
 
-    def __init__(self, runs: list[dict[str, Any]], values: dict[tuple[str, str, int], Any]) -> None:
+    def __init__(
+        self, runs: list[dict[str, Any]], values: dict[tuple[str, str, int], Any], listing_again: int = 0
+    ) -> None:
         self.runs, self.values, self.requests = runs, values, []
+        self.listing_again = listing_again  # entries listed twice, as an offset page shifted by a new row does
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -81,6 +86,7 @@ class FakeApi:
         if path == "/api/v2/dags/score%20it/dagRuns/~/taskInstances/~/xcomEntries":
             assert query["xcom_key"] == "azureml_cost"
             rows = [{"run_id": r, "task_id": t, "map_index": m} for (r, t, m) in self.values]
+            rows += rows[: self.listing_again]
             return self.page(rows, "xcom_entries", query)
         prefix = "/api/v2/dags/score%20it/dagRuns/"
         if path.startswith(prefix) and path.endswith("/xcomEntries/azureml_cost"):
@@ -116,20 +122,24 @@ def test_reads_every_page_and_keeps_only_the_runs_asked_for(monkeypatch: pytest.
         ("backfill__2026-01-01", "score", 1): json.dumps(report("j2", 0, 3600, "score")),  # JSON text
         ("backfill__2026-01-02", "score", 0): report("j3", 7200, 10800, "score"),
         ("backfill__2026-01-03", "score", 0): 404,  # cleared after the listing
+        ("backfill__2026-01-03", "score", 1): "s3://bucket/xcom/a-path",  # a remote XCom backend's reference
         ("manual__1", "score", 0): report("j4", 0, 3600, "score"),
     }
     api = FakeApi(runs, values)
     hook = hook_on(api)
     start, end = parse_bound("2026-01-01", end=False), parse_bound("2026-01-03", end=True)
     read = hook.read("score it", start, end, run_type="backfill")
-    assert [(r.run_id, len(r.costs)) for r in read] == [
-        ("backfill__2026-01-01", 2),
-        ("backfill__2026-01-02", 1),
-        ("backfill__2026-01-03", 0),
+    assert [(r.run_id, len(r.costs), r.unreadable) for r in read] == [
+        ("backfill__2026-01-01", 2, 0),
+        ("backfill__2026-01-02", 1, 0),
+        ("backfill__2026-01-03", 0, 2),
     ]
     assert sum(r.url.path.endswith("/dagRuns") for r in api.requests) == 2  # 3 runs, pages of 2
     # every run in the range (the manual one too) without the run-type filter
     assert len(hook.read("score it", start, end)) == 4
+    # a report listed twice (a backfill still writing while the pages are read) counts once
+    twice = hook_on(FakeApi(runs, values, listing_again=2)).read("score it", start, end, run_type="backfill")
+    assert [len(r.costs) for r in twice] == [2, 1, 0]
 
 
 def test_the_bill_of_the_range_counts_shared_cluster_time_once() -> None:
@@ -143,11 +153,24 @@ def test_the_bill_of_the_range_counts_shared_cluster_time_once() -> None:
     assert bill["cost"] == pytest.approx(4 * 0.06)
     assert bill["sum_of_runs_cost"] == pytest.approx(6 * 0.06)  # each run alone pays for the shared hour
     assert bill["preemptions"] == 1 and bill["jobs"] == ["ja", "jb", "jc"] and bill["tasks_reported"] == 3
-    assert [(r["run_id"], r["tasks_reported"], r["cost"]) for r in bill["runs"]][3] == ("d", 0, 0.0)
+    assert [(r["run_id"], r["tasks_reported"], r["cost"]) for r in bill["runs"]][3] == ("d", 0, None)  # not $0
     assert "usage" not in bill and "tasks" not in bill
     json.dumps(bill)
     text = backfill_bill.format_runs(bill, "score", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 4, tzinfo=UTC))
-    assert "4 runs of score" in text and "1 runs not finished" in text and "billed once" in text
+    assert "4 runs of score" in text and "1 runs not finished" in text and "no report" in text
+    assert "(2.0000 node-hours), billed once" in text and "price changed" not in text
+
+
+def test_the_shared_time_is_only_claimed_when_runs_overlapped_and_a_price_change_is_said() -> None:
+    a = RunCosts("a", "2026-01-01", "success", "backfill", [report("ja", 0, 3600, "score")])
+    later = report("jb", 7200, 10800, "score")
+    later["computes"]["spot-c"]["hourly_price"] = 0.03  # the spot price moved between the two runs
+    b = RunCosts("b", "2026-01-02", "success", "backfill", [later])
+    bill = bill_of_runs([a, b])
+    text = backfill_bill.format_runs(bill, "score", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC))
+    assert "billed once" not in text  # no overlap: whatever the totals, no shared time
+    assert bill["price_changes"] == {"spot-c": {"hourly_price": [0.03, 0.06]}}
+    assert "spot-c: its price changed within the range (hourly_price 0.03-0.06/h)" in text
 
 
 def test_metrics_of_the_range() -> None:
@@ -172,3 +195,51 @@ def test_an_api_error_is_one_line_without_the_token(
     code = backfill_bill.main(["--dag-id", "d", "--from", "2026-01-01", "--to", "2026-01-02", "--no-metrics"])
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("error: 500 from the api-server") and leaked not in err
+
+
+SENDS_METRICS = """
+import json, sys
+from airflow_azureml import backfill_bill
+runs = [backfill_bill.RunCosts(**r) for r in json.loads(sys.argv[1])]
+backfill_bill.DagRunCostsHook.read = lambda self, *args, **kwargs: runs  # the REST reads are tested above
+sys.exit(backfill_bill.main(sys.argv[2:]))
+"""
+
+
+def test_the_command_sends_its_gauges_through_airflows_statsd_client(tmp_path: Any) -> None:
+    """A plain process: nothing but the command sets Airflow's metrics client up (a task's runner does it)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    run = RunCosts("a", "2026-01-01", "success", "backfill", [report("ja", 0, 3600, "score", preemptions=1)])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(1.0)
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path),
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags in the name; plain StatsD drops them
+            "PYTHONPATH": str(REPO),
+        }
+        argv = [json.dumps([run.__dict__]), "--dag-id", "d", "--from", "2026-01-01", "--to", "2026-01-01"]
+        done = subprocess.run(
+            [sys.executable, "-c", SENDS_METRICS, *argv], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        received: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any("backfill.cost" in r for r in received):
+            try:
+                received += listener.recv(65536).decode().splitlines()
+            except TimeoutError:
+                continue
+    assert "airflow.azureml.backfill.cost,dag_id=d:0.12|g" in received, received
+    assert "airflow.azureml.backfill.node_hours,dag_id=d,tier=low_priority:2.0|g" in received, received
