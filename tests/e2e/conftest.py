@@ -7,6 +7,7 @@ Everything lives under pytest's temporary directory. The table goes there too, u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,7 +20,7 @@ import pytest
 
 from airflow_azureml.emulator import Emulator, Timing
 from airflow_azureml.example_data import input_row_ids, scored_row_ids
-from tests.e2e.harness import AirflowDeployment, Postgres
+from tests.e2e.harness import AirflowDeployment, Postgres, Redis
 
 DAG_ID = "low_priority_batch_scoring"
 RESULTS: list[FaultResult] = []
@@ -105,17 +106,13 @@ class E2E:
         return result
 
 
-@pytest.fixture(scope="module")
-def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
-    """One deployment per matrix file, stopped when the file's last row ends.
-
-    Module scope, not session: under ``make test`` each file runs on a pytest-xdist worker that then goes
-    on to integration tests, and a session-scoped deployment kept its scheduler, API server, triggerer and
-    DAG processor running until the worker's very last test (four idle deployments: 15-20 % of a core).
-    """
-    base = tmp_path_factory.mktemp("e2e")
+@contextlib.contextmanager
+def deployment(base: Path, *, celery: bool = False, extra_env: dict[str, str] | None = None) -> Iterator[E2E]:
+    """PostgreSQL, the emulator and Airflow's services; with ``celery``, CeleryExecutor on a Redis broker, two
+    Celery workers and two triggerers (the backfill rows, docs/backfills.md)."""
     first_row = len(RESULTS)  # this file's rows go beside its deployment; `make reliability` writes them all
     postgres = Postgres(base).start()
+    redis = Redis(base).start() if celery else None
     # Slower mini-batches than the integration tests, so that faults land while jobs run.
     emulator = Emulator(base / "emulator", timing=Timing(mini_batch=0.3, node_startup=0.2, tick=0.02)).start()
     airflow = AirflowDeployment(
@@ -133,7 +130,11 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
             # of the DAG's two active-run slots into the next row (a CI run, twice-preempted row). The rows'
             # retries are 1 s apart already (tests/conftest.py).
             "AZUREML_EVIDENCE_WAIT_SECONDS": "20",
+            **(extra_env or {}),
         },
+        broker_url=redis.url if redis else None,
+        celery_workers=2 if celery else 0,
+        triggerers=2 if celery else 1,
     )
     try:
         airflow.start()
@@ -146,12 +147,26 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     finally:
         airflow.stop()
         emulator.stop()
+        if redis is not None:
+            redis.stop()
         postgres.stop()
         folder = os.environ.get("AZUREML_RELIABILITY_DIR")
         if folder:
             write_reliability_table(Path(folder), RESULTS)
         else:
             write_reliability_table(base, RESULTS[first_row:])
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    """One deployment per matrix file, stopped when the file's last row ends.
+
+    Module scope, not session: under ``make test`` each file runs on a pytest-xdist worker that then goes
+    on to integration tests, and a session-scoped deployment kept its scheduler, API server, triggerer and
+    DAG processor running until the worker's very last test (four idle deployments: 15-20 % of a core).
+    """
+    with deployment(tmp_path_factory.mktemp("e2e")) as running:
+        yield running
 
 
 def write_reliability_table(folder: Path, results: list[FaultResult]) -> None:

@@ -1,7 +1,8 @@
 """A real Airflow deployment for the e2e suite: PostgreSQL + api-server + scheduler + dag-processor + triggerer.
 
-Everything runs as separate processes with LocalExecutor, so faults (kill -9, restarts) hit the
-same code paths as in production.
+Everything runs as separate processes, so faults (kill -9, restarts) hit the same code paths as in
+production: with LocalExecutor, or with CeleryExecutor on a throwaway Redis, its Celery workers and a
+second triggerer (``AirflowDeployment(celery_workers=2, triggerers=2)``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import json
 import os
 import random
 import shutil
@@ -150,6 +152,51 @@ class Postgres:
             self._lock = None
 
 
+class Redis:
+    """A throwaway Redis on 127.0.0.1, the Celery broker: no persistence, its folder in ``base``."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 30) -> Redis:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not os.path.exists(binary):
+            raise RuntimeError("redis-server not found: run scripts/ensure_redis.sh (make test does)")
+        folder = self.base / "redis"
+        folder.mkdir(parents=True, exist_ok=True)
+        log = open(self.base / "redis.log", "ab")  # noqa: SIM115 - owned by the process
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(
+            [binary, *args, "--dir", str(folder)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {self.base / 'redis.log'}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return self
+            time.sleep(0.2)
+        raise RuntimeError(f"redis-server did not answer in {timeout}s; see {self.base / 'redis.log'}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+
 # What docs/deferrable.md shows: in the processes whose children run tasks (the scheduler, whose LocalExecutor
 # workers fork them; a Celery worker), drop a custom cloud's name inherited from a process that built an MLClient
 # (importing azure.ai.ml fails on a cloud this process never registered), then import the SDK once. The API
@@ -169,7 +216,16 @@ class AirflowDeployment:
 
     SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
-    def __init__(self, base: Path, db_url: str, extra_env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        base: Path,
+        db_url: str,
+        extra_env: dict[str, str],
+        *,
+        broker_url: str | None = None,
+        celery_workers: int = 0,
+        triggerers: int = 1,
+    ) -> None:
         self.home = base / "airflow"
         self.dags = self.home / "dags"
         self.logs = self.home / "logs"
@@ -225,6 +281,28 @@ class AirflowDeployment:
         # that process only: inherited, the preload above would fail ("Unknown cloud environment") in every service.
         self.env.pop("AZUREML_CURRENT_CLOUD", None)
         self._token: str | None = None
+        # name -> (airflow's arguments, extra environment) of the services this deployment runs besides SERVICES
+        self.specs: dict[str, tuple[list[str], dict[str, str]]] = {}
+        for n in range(2, triggerers + 1):
+            self.specs[f"triggerer-{n}"] = (["triggerer"], {})
+        if celery_workers:
+            if broker_url is None:
+                raise ValueError("a Celery deployment needs a broker_url")
+            self.env.update(
+                {
+                    "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+                    "AIRFLOW__CELERY__BROKER_URL": broker_url,
+                    "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + db_url,
+                    "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4",
+                    "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
+                    # a task whose worker was killed is found by its missing heartbeats: 30 s, not the default 300 s
+                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+                }
+            )
+        for n in range(1, celery_workers + 1):
+            # each worker serves its task logs on a port of its own (they share this machine)
+            args = ["celery", "worker", "--celery-hostname", f"worker-{n}@%h"]
+            self.specs[f"worker-{n}"] = (args, {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())})
 
     # ---------------------------------------------------------------- lifecycle
     def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -242,7 +320,9 @@ class AirflowDeployment:
         self._start_api_server()
         # the example DAGs' infrastructure tasks run in this pool, one at a time (docs/azure.md, step 4)
         self.api("POST", "/pools", json={"name": "azureml_infrastructure", "slots": 1, "include_deferred": False})
-        for service in self.SERVICES:
+        # this Airflow's own REST API, for the capacity pool's sync (docs/backfills.md), once its port is known
+        self.env["AIRFLOW_CONN_AIRFLOW_API"] = json.dumps({"conn_type": "http", "host": self.base})
+        for service in [*self.SERVICES, *self.specs]:
             if service != "api-server":
                 self.start_service(service)
         return self
@@ -273,10 +353,12 @@ class AirflowDeployment:
         """Start ``service``; ``name`` (default: the service) tells a second instance apart, e.g. a 2nd triggerer."""
         name = name or service
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
-        args = [service] if service != "api-server" else [service, "--port", str(self.api_port)]
+        args, env = self.specs.get(name, ([service], {}))
+        if service == "api-server":
+            args = [service, "--port", str(self.api_port)]
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "airflow", *args],
-            env=self.env,
+            env={**self.env, **env},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -298,6 +380,17 @@ class AirflowDeployment:
                 proc.wait(timeout=20)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 self.kill(name)
+
+    def terminate(self, name: str, timeout: float = 120) -> None:
+        """SIGTERM to the service's main process only, as a rolling deploy sends it (Kubernetes signals a pod's
+        PID 1): a Celery worker then finishes its running tasks first. kill -9 of the group after ``timeout``."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(name)
 
     def stop(self) -> None:
         extra = [name for name in self.procs if name not in self.SERVICES]

@@ -7,7 +7,6 @@ checks that nothing this deployment wrote holds secret material.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -20,7 +19,6 @@ from typing import Any
 import psutil
 import pytest
 
-from tests import helpers
 from tests.e2e.conftest import DAG_ID, E2E
 from tests.e2e.rows import (
     CLUSTER,
@@ -31,6 +29,7 @@ from tests.e2e.rows import (
     deferred_scoring_task,
     forget_spot_history,
     pid_owning_local_port,
+    preempt_whole_cluster,
     run_example,
     trigger_polled,
     wait_until,
@@ -123,74 +122,7 @@ def test_whole_cluster_preempted_twice(e2e: E2E) -> None:
     preempted: list[str] = []
 
     def fault(run_id: str, interval: str) -> None:
-        emulator = e2e.emulator
-        gauge_zero_since: list[float] = []  # when the cluster last showed no preempted node
-
-        def read_twice_since(job: Any, since: float) -> bool:
-            """The job's wait read it, then the cluster, twice over since ``since`` (``helpers.read_twice_since``;
-            here on the emulator's loop, so its log is read directly)."""
-            return helpers.read_twice_since(emulator.request_log, job.name, CLUSTER, since)
-
-        def preempt_once_every_running_job_sampled() -> tuple[str, float, list[str]] | None:
-            # Preempt only once the wait of EVERY job running on the cluster has read the gauge at 0 (reads
-            # after the job started and after the last preemption's nodes were deallocated): a job that
-            # starts running just before the cluster goes has no baseline, and a job first sampled while
-            # the previous preemption's nodes still counted sees the gauge flat (2 -> 2) as its own nodes
-            # go; both are, safely, taken as a person's cancel (docs/operators.md). The cluster is held
-            # (its Running jobs take no work), so a job cannot end before its wait has read it; checked
-            # and done in one step on the emulator's loop, so no job starts running in between.
-            compute = emulator.workspace.computes.get(CLUSTER)
-            if compute is None:  # the DAG has not created it yet (this row first in its e2e deployment)
-                return None
-            if any(n.state == "preempted" for n in compute.nodes):
-                gauge_zero_since.clear()
-                return None
-            if not gauge_zero_since:
-                gauge_zero_since.append(time.time())
-                return None
-            running = [
-                j
-                for j in emulator.workspace.jobs.values()
-                if f"/input/{interval}/" in str(j.input_uri or "") and j.status == "Running" and j.compute == CLUSTER
-            ]  # a job the policy moved to the fallback deployment runs on dedicated compute, never preempted
-            fresh = [j for j in running if j.name not in preempted]
-
-            def since(job: Any) -> float:
-                return max(job.started.timestamp() if job.started is not None else time.time(), gauge_zero_since[0])
-
-            # and no job is getting nodes (a job with nodes still preparing is cancelled too, unsampled)
-            holders = {n.job_name for n in compute.nodes if n.job_name}
-            if not fresh or not all(read_twice_since(j, since(j)) for j in running):
-                return None
-            if holders - {j.name for j in running}:
-                return None
-            at = time.time()
-            # hold_nodes: the nodes count as preempted until the jobs end, and 20 s more, so that a wait
-            # that has not read them up within the 60 s below still sees them at its read after the end
-            # (on a loaded machine a run of this row stalled when the gauge fell before the jobs ended:
-            # no witness, and the verdict waited the example's evidence_wait of 900 s)
-            lost = emulator.workspace.preempt_cluster(CLUSTER, "canceled", hold_end=True, hold_nodes=True)
-            return fresh[0].name, at, lost
-
-        emulator.hold_cluster(CLUSTER)
-        try:
-            for _ in range(2):
-                name, at, lost = wait_until(
-                    lambda: emulator.call(preempt_once_every_running_job_sampled), what="a sampled run"
-                )
-                preempted.append(name)
-
-                # Azure sends no message for this cancel: the service ends the jobs a while after their
-                # nodes went (capacity gone meanwhile); here, once each wait has read the gauge up while its
-                # job still ran (or after 60 s, and the row shows what the provider made of it).
-                def read_up(at: float = at, lost: list[str] = lost) -> bool:
-                    return all(read_twice_since(emulator.workspace.jobs[n], at) for n in lost)
-
-                with contextlib.suppress(TimeoutError):
-                    wait_until(lambda: emulator.call(read_up), timeout=60, what="the waits reading the gauge up")
-                emulator.call(lambda: emulator.workspace.end_held_preemption(CLUSTER))
-        finally:
-            emulator.hold_cluster(CLUSTER, held=False)
+        preempt_whole_cluster(e2e, lambda job: f"/input/{interval}/" in str(job.input_uri or ""), preempted, times=2)
 
     # A preempted node stays in the gauge a while after the jobs end (long enough for the waits to read it)
     before = e2e.emulator.behaviour()
