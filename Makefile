@@ -7,7 +7,8 @@
 #               its own, while the fifth starts on the integration tests; then all take the rest. The
 #               same CPU on 2 cores took 13 min 42 s on four workers and 11 min 49 s on five: the fifth
 #               fills the cores while the e2e workers wait for their deployments (docs/benchmarks.md).
-# and one more for maintainers:
+# and more for maintainers:
+#   make test-distributed  the Celery deployment's backfill and rolling-restart rows (.ci/run runs them too)
 #   make reliability   run the e2e fault matrix and rebuild docs/reliability.{md,json} from it
 PYTHON ?= python3
 VENV   ?= .venv
@@ -16,12 +17,12 @@ TEST_WORKERS ?= 5
 VERSION_TEST_WORKERS ?= 2  # 3.1/3.2: at 4, 3.2 lost two timing-held tests (cost estimate, demo) on 2 cores
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-clean test reliability lint install clean docs test-airflow-3.1 test-airflow-3.2 test-versions
+.PHONY: demo demo-clean test test-distributed reliability lint install clean docs test-airflow-3.1 test-airflow-3.2 test-versions
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip==26.3"
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,azure-storage]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,azure-storage,distributed]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,10 +37,20 @@ test: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_kubectl.sh
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 \
+	  -m "not distributed"
+
+# The distributed deployment (CeleryExecutor on Redis, two Celery workers, two triggerers): backfills under
+# evictions, each reprocess behaviour, rolling restarts. About 6 min, mostly waiting; .ci/run runs it beside the
+# Airflow 3.1/3.2 runs, so that `make test` stays within its 12 min (docs/backfills.md).
+test-distributed: $(STAMP)
+	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_redis.sh
+	$(PY) -m pytest -q -p no:cacheprovider --durations=5 -m distributed tests/e2e
 
 reliability: $(STAMP)
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_redis.sh
 	AZUREML_RELIABILITY_DIR="$(CURDIR)/docs" $(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
 # The docs site (Sphinx, warnings are errors) into the git-ignored docs/_build/html; autodoc imports
