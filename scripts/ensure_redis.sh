@@ -12,5 +12,6 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq redis-server > /dev/null
-# Debian starts a system-wide server on 6379 at install; the tests never use it. Stop it where systemd is absent.
+# Debian's package may start a system-wide server on 6379 (not where policy-rc.d forbids it, as in containers);
+# the tests never use it, so it is stopped. On a host with systemd it stays enabled at boot.
 if command -v service > /dev/null; then service redis-server stop > /dev/null 2>&1 || true; fi

@@ -111,32 +111,42 @@ def deployment(base: Path, *, celery: bool = False, extra_env: dict[str, str] | 
     """PostgreSQL, the emulator and Airflow's services; with ``celery``, CeleryExecutor on a Redis broker, two
     Celery workers and two triggerers (the backfill rows, docs/backfills.md)."""
     first_row = len(RESULTS)  # this file's rows go beside its deployment; `make reliability` writes them all
-    postgres = Postgres(base).start()
-    redis = Redis(base).start() if celery else None
-    # Slower mini-batches than the integration tests, so that faults land while jobs run.
-    emulator = Emulator(base / "emulator", timing=Timing(mini_batch=0.3, node_startup=0.2, tick=0.02)).start()
-    airflow = AirflowDeployment(
-        base,
-        postgres.url,
-        {
-            "AIRFLOW_CONN_AZURE_ML_DEFAULT": emulator.connection_info()["airflow_conn_json"],
-            "AZUREML_DATASTORE_ROOT": f"file://{emulator.datastore_path('')}",
-            "AZUREML_POLL_SECONDS": "1",
-            # a job held queued for minutes would back its wait off to 300 s, and the row would sit idle
-            "AZUREML_MAX_POLL_SECONDS": "3",
-            "AZUREML_RESUBMIT_BACKOFF_SECONDS": "1",
-            # A preemption the waits saw only near its end (their reads delayed on a loaded machine) waits 900 s
-            # for a person's cancel to show in the Activity Log: past a row's 400 s, and the stuck run held one
-            # of the DAG's two active-run slots into the next row (a CI run, twice-preempted row). The rows'
-            # retries are 1 s apart already (tests/conftest.py).
-            "AZUREML_EVIDENCE_WAIT_SECONDS": "20",
-            **(extra_env or {}),
-        },
-        broker_url=redis.url if redis else None,
-        celery_workers=2 if celery else 0,
-        triggerers=2 if celery else 1,
-    )
-    try:
+    with contextlib.ExitStack() as stack:  # whatever started is stopped, in reverse order, whatever fails
+        postgres = Postgres(base).start()
+        stack.callback(postgres.stop)
+        redis = Redis(base).start() if celery else None
+        if redis is not None:
+            stack.callback(redis.stop)
+        # Slower mini-batches than the integration tests, so that faults land while jobs run.
+        emulator = Emulator(base / "emulator", timing=Timing(mini_batch=0.3, node_startup=0.2, tick=0.02)).start()
+        stack.callback(emulator.stop)
+        airflow = AirflowDeployment(
+            base,
+            postgres.url,
+            {
+                "AIRFLOW_CONN_AZURE_ML_DEFAULT": emulator.connection_info()["airflow_conn_json"],
+                "AZUREML_DATASTORE_ROOT": f"file://{emulator.datastore_path('')}",
+                "AZUREML_POLL_SECONDS": "1",
+                # a job held queued for minutes would back its wait off to 300 s, and the row would sit idle
+                "AZUREML_MAX_POLL_SECONDS": "3",
+                "AZUREML_RESUBMIT_BACKOFF_SECONDS": "1",
+                # A preemption the waits saw only near its end (their reads delayed on a loaded machine) waits
+                # 900 s for a person's cancel to show in the Activity Log: past a row's 400 s, and the stuck run
+                # held one of the DAG's two active-run slots into the next row (a CI run, twice-preempted row).
+                # The rows' retries are 1 s apart already (tests/conftest.py).
+                "AZUREML_EVIDENCE_WAIT_SECONDS": "20",
+                **(extra_env or {}),
+            },
+            broker_url=redis.url if redis else None,
+            celery_workers=2 if celery else 0,
+            triggerers=2 if celery else 1,
+        )
+        stack.callback(airflow.stop)
+        folder = os.environ.get("AZUREML_RELIABILITY_DIR")
+        if folder:
+            stack.callback(lambda: write_reliability_table(Path(folder), RESULTS))
+        else:
+            stack.callback(lambda: write_reliability_table(base, RESULTS[first_row:]))
         airflow.start()
         airflow.wait_for_dag(DAG_ID)
         # the scheduler creates no run of its own (USE_JOB_SCHEDULE off, harness.py); should one exist, let it
@@ -144,17 +154,6 @@ def deployment(base: Path, *, celery: bool = False, extra_env: dict[str, str] | 
         for run in airflow.api("GET", f"/dags/{DAG_ID}/dagRuns")["dag_runs"]:
             airflow.wait_for_run(DAG_ID, run["dag_run_id"], timeout=300)
         yield E2E(emulator, airflow, postgres)
-    finally:
-        airflow.stop()
-        emulator.stop()
-        if redis is not None:
-            redis.stop()
-        postgres.stop()
-        folder = os.environ.get("AZUREML_RELIABILITY_DIR")
-        if folder:
-            write_reliability_table(Path(folder), RESULTS)
-        else:
-            write_reliability_table(base, RESULTS[first_row:])
 
 
 @pytest.fixture(scope="module")

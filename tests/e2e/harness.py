@@ -167,7 +167,7 @@ class Redis:
     def start(self, timeout: float = 30) -> Redis:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         if not os.path.exists(binary):
-            raise RuntimeError("redis-server not found: run scripts/ensure_redis.sh (make test does)")
+            raise RuntimeError("redis-server not found: run scripts/ensure_redis.sh (make test-distributed does)")
         folder = self.base / "redis"
         folder.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "redis.log", "ab")  # noqa: SIM115 - owned by the process
@@ -184,6 +184,7 @@ class Redis:
                 if conn.recv(16).startswith(b"+PONG"):
                     return self
             time.sleep(0.2)
+        self.stop()
         raise RuntimeError(f"redis-server did not answer in {timeout}s; see {self.base / 'redis.log'}")
 
     def stop(self) -> None:
@@ -283,8 +284,11 @@ class AirflowDeployment:
         self._token: str | None = None
         # name -> (airflow's arguments, extra environment) of the services this deployment runs besides SERVICES
         self.specs: dict[str, tuple[list[str], dict[str, str]]] = {}
-        for n in range(2, triggerers + 1):
-            self.specs[f"triggerer-{n}"] = (["triggerer"], {})
+        for n in range(2, triggerers + 1):  # each triggerer serves its triggers' logs on a port of its own
+            self.specs[f"triggerer-{n}"] = (
+                ["triggerer"],
+                {"AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())},
+            )
         if celery_workers:
             if broker_url is None:
                 raise ValueError("a Celery deployment needs a broker_url")
@@ -380,6 +384,20 @@ class AirflowDeployment:
                 proc.wait(timeout=20)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 self.kill(name)
+
+    def kill_tree(self, name: str) -> None:
+        """kill -9 of a service and every process below it, as a container's end takes them all. ``kill`` signals
+        the service's process group only, and Airflow 3.3's task runner leaves it for a group of its own."""
+        proc = self.procs[name]
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        for member in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        psutil.wait_procs(tree, timeout=30)
+        proc.wait(timeout=30)
 
     def terminate(self, name: str, timeout: float = 120) -> None:
         """SIGTERM to the service's main process only, as a rolling deploy sends it (Kubernetes signals a pod's

@@ -35,7 +35,10 @@ def in_background(action: Callable[[], Any]) -> threading.Thread:
 ROW_OVER = threading.Event()
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 180, what: str = "condition") -> Any:
+def wait_until(
+    condition: Callable[[], Any], timeout: float = 180, what: str = "condition", interval: float = 0.05
+) -> Any:
+    """``condition()``'s first true value; ``interval`` between looks (a second for REST or DB reads)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ROW_OVER.is_set():
@@ -43,7 +46,7 @@ def wait_until(condition: Callable[[], Any], timeout: float = 180, what: str = "
         value = condition()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(interval)
     raise TimeoutError(f"timed out waiting for {what}")
 
 
@@ -271,9 +274,10 @@ def assert_no_secret_material(e2e: E2E) -> None:
             assert needle not in text
 
 
-def preempt_whole_cluster(e2e: E2E, belongs: Callable[[Any], bool], preempted: list[str], times: int = 1) -> None:
+def preempt_whole_cluster(e2e: E2E, belongs: Callable[[Any], bool], preempted: list[str], times: int = 1) -> list[str]:
     """Preempt the whole spot cluster ``times`` times while jobs that ``belongs`` picks run there, each time once
-    every running job's wait has read the gauge at 0 twice; appends the first preempted job's name each time.
+    every running job's wait has read the gauge at 0 twice; appends the first preempted job's name each time,
+    and returns the names of every job the preemptions ended.
     Set the emulator's ``preempted_node_release_seconds`` (20 s) first, so that the waits can read the gauge up."""
     emulator = e2e.emulator
     gauge_zero_since: list[float] = []  # when the cluster last showed no preempted node
@@ -322,6 +326,7 @@ def preempt_whole_cluster(e2e: E2E, belongs: Callable[[Any], bool], preempted: l
         lost = emulator.workspace.preempt_cluster(CLUSTER, "canceled", hold_end=True, hold_nodes=True)
         return fresh[0].name, at, lost
 
+    ended: list[str] = []
     emulator.hold_cluster(CLUSTER)
     try:
         for _ in range(times):
@@ -329,6 +334,7 @@ def preempt_whole_cluster(e2e: E2E, belongs: Callable[[Any], bool], preempted: l
                 lambda: emulator.call(preempt_once_every_running_job_sampled), what="a sampled run"
             )
             preempted.append(name)
+            ended.extend(lost)
 
             # Azure sends no message for this cancel: the service ends the jobs a while after their
             # nodes went (capacity gone meanwhile); here, once each wait has read the gauge up while its
@@ -341,3 +347,4 @@ def preempt_whole_cluster(e2e: E2E, belongs: Callable[[Any], bool], preempted: l
             emulator.call(lambda: emulator.workspace.end_held_preemption(CLUSTER))
     finally:
         emulator.hold_cluster(CLUSTER, held=False)
+    return ended

@@ -4,14 +4,17 @@
 whole-cluster preemption during it, each reprocess behaviour, and a rolling restart of every worker and
 triggerer plus a kill -9 of a worker in the middle of one. What counts is read from the emulator's records
 and the datastore, not from the DAG's own reports: every row scored once, no job beyond partitions plus
-resubmissions, none duplicated, none cancelled by a restart, and Azure's queue never longer than the
-cluster's capacity plus one job (the capacity pool, docs/backfills.md).
+the preempted ones' resubmissions, none duplicated, none cancelled by a restart, and never more live Azure
+jobs than the cluster holds (the capacity pool, docs/backfills.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any
@@ -26,6 +29,7 @@ from tests.e2e.rows import (
     alive_triggerers,
     assert_exactly_once,
     forget_spot_history,
+    pid_owning_local_port,
     preempt_whole_cluster,
     sql,
     wait_until,
@@ -35,6 +39,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.distributed, pytest.mark.timeout(900)
 
 # 2 nodes (the cluster YAML's max_instances), 2 a job (the deployment's instance_count): one job at a time
 CAPACITY_JOBS = 1
+BACKFILL_CONF = {**CONF, "files_per_partition": 6}  # 3 mini-batches a job: time for a node to be evicted
+WORKERS = ("worker-1", "worker-2")
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +57,40 @@ def days(first: str, count: int) -> list[str]:
     return [(start + timedelta(days=n)).isoformat() for n in range(count)]
 
 
+def intervals(dates: list[str]) -> list[str]:
+    return [d.replace("-", "") + "T0000" for d in dates]
+
+
 def backfill(e2e: E2E, first: str, last: str, reprocess: str) -> subprocess.CompletedProcess[str]:
     """``airflow backfill create`` as docs/backfills.md shows it; its exit code is the caller's to check."""
     args = ["backfill", "create", "--dag-id", DAG_ID, "--from-date", first, "--to-date", last]
-    args += ["--max-active-runs", "2", "--reprocess-behavior", reprocess, "--dag-run-conf", json.dumps(CONF)]
+    args += ["--max-active-runs", "2", "--reprocess-behavior", reprocess, "--dag-run-conf", json.dumps(BACKFILL_CONF)]
     try:
         return e2e.airflow.airflow(*args, timeout=120)
     except subprocess.CalledProcessError as exc:
         return subprocess.CompletedProcess(exc.cmd, exc.returncode, exc.stdout, exc.stderr)
+
+
+def active_backfills(e2e: E2E) -> list[dict[str, Any]]:
+    found = e2e.airflow.api("GET", "/backfills", params={"dag_id": DAG_ID, "limit": 100})["backfills"]
+    return [b for b in found if not b.get("completed_at")]
+
+
+def wait_for_backfill(e2e: E2E, timeout: float = 600) -> None:
+    """Until the DAG has no backfill still going (Airflow allows one at a time)."""
+    wait_until(lambda: not active_backfills(e2e), timeout=timeout, what="the backfill to complete", interval=1)
+
+
+@contextlib.contextmanager
+def backfill_cancelled_on_failure(e2e: E2E) -> Iterator[None]:
+    """A row that fails leaves no backfill running into the next row (Airflow refuses a second one)."""
+    try:
+        yield
+    except BaseException:
+        for found in active_backfills(e2e):
+            with contextlib.suppress(Exception):
+                e2e.airflow.api("PUT", f"/backfills/{found['id']}/cancel")
+        raise
 
 
 def backfill_runs(e2e: E2E, first: str, last: str) -> list[dict[str, Any]]:
@@ -70,41 +102,52 @@ def backfill_runs(e2e: E2E, first: str, last: str) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: r["logical_date"])
 
 
-def wait_for_backfill(e2e: E2E, timeout: float = 600) -> None:
-    """Until the DAG has no backfill still going (Airflow allows one at a time)."""
-
-    def done() -> bool:
-        found = e2e.airflow.api("GET", "/backfills", params={"dag_id": DAG_ID, "limit": 100})["backfills"]
-        return all(b.get("completed_at") for b in found)
-
-    wait_until(done, timeout=timeout, what="the backfill to complete")
+def jobs_of(e2e: E2E, keys: list[str]) -> list[Any]:
+    return [j for k in keys for j in e2e.jobs_for(k)]
 
 
-def intervals(dates: list[str]) -> list[str]:
-    return [d.replace("-", "") + "T0000" for d in dates]
-
-
-def peak_queued(e2e: E2E, keys: list[str]) -> int:
-    """The most of these intervals' jobs that were ever created and not yet running at once (Azure's queue)."""
-    jobs = [j for k in keys for j in e2e.jobs_for(k)]
+def peak_live_jobs(e2e: E2E, keys: list[str]) -> int:
+    """The most of these intervals' jobs that Azure held at once, from creation to end (queued or running)."""
     events = []
-    for job in jobs:
-        start = job.started or job.ended
-        if start is not None and start > job.created:
-            events += [(job.created.timestamp(), 1), (start.timestamp(), -1)]
+    for job in jobs_of(e2e, keys):
+        events += [(job.created.timestamp(), 1), ((job.ended or job.created).timestamp(), -1)]
     level = peak = 0
-    for _, step in sorted(events):
+    for _, step in sorted(events):  # an end sorts before a creation at the same instant
         level += step
         peak = max(peak, level)
     return peak
 
 
-def resubmissions(e2e: E2E, key: str) -> int:
-    """Jobs that followed a job of the same unit of work that ended Failed or Canceled."""
+def resubmissions(e2e: E2E, keys: list[str]) -> list[str]:
+    """Jobs created after a job of the same unit of work (its input folder) had ended Failed or Canceled."""
     by_input: dict[str, list[Any]] = {}
-    for job in e2e.jobs_for(key):
+    for job in jobs_of(e2e, keys):
         by_input.setdefault(str(job.input_uri), []).append(job)
-    return sum(len(jobs) - 1 for jobs in by_input.values())
+    return [
+        job.name
+        for jobs in by_input.values()
+        for job in jobs
+        if any(e.status in ("Failed", "Canceled") and e.ended is not None and e.ended <= job.created for e in jobs)
+    ]
+
+
+def evict_a_node_of_each_job(e2e: E2E, keys: list[str], stop: threading.Event, evicted: list[str]) -> None:
+    """Node evictions throughout: one node of each job of these intervals, while the job runs a mini-batch."""
+    workspace = e2e.emulator.workspace
+
+    def step() -> None:
+        compute = workspace.computes.get(CLUSTER)
+        for node in compute.nodes if compute is not None else []:
+            job = workspace.jobs.get(node.job_name or "")
+            ours = job is not None and any(f"/input/{k}/" in str(job.input_uri or "") for k in keys)
+            if node.state == "running" and ours and job.name not in evicted:
+                workspace.evict_nodes(CLUSTER, 1)
+                evicted.append(job.name)
+                return
+
+    while not stop.is_set():
+        e2e.emulator.call(step)
+        stop.wait(0.05)
 
 
 def test_backfill_under_evictions_scores_each_interval_once_and_reprocessing_does_what_it_says(
@@ -116,73 +159,97 @@ def test_backfill_under_evictions_scores_each_interval_once_and_reprocessing_doe
     forget_spot_history(e2e)
     e2e.emulator.set_behaviour(preempted_node_release_seconds=20.0)
     preempted: list[str] = []
-    created = backfill(e2e, dates[0], dates[-1], "none")
-    assert created.returncode == 0, created.stderr[-2000:]
-    try:
-        # node evictions throughout, and one whole-cluster preemption once the second interval's jobs run
-        wait_until(lambda: e2e.emulator.call(lambda: CLUSTER in e2e.emulator.workspace.computes), what="cluster")
-        e2e.emulator.set_eviction_rate(CLUSTER, 0.3)
-        # the preemption holds the cluster's running jobs until their waits have sampled it: only once the
-        # second interval's job runs (holding the first interval's would keep the capacity pool's one slot)
-        wait_until(
-            lambda: any(j.status == "Running" for j in e2e.jobs_for(keys[1])), timeout=400, what="interval 2 running"
-        )
-        preempt_whole_cluster(e2e, lambda job: f"/input/{keys[1]}/" in str(job.input_uri or ""), preempted)
-        wait_for_backfill(e2e)
-    finally:
-        e2e.emulator.set_eviction_rate(CLUSTER, 0.0)
+    evicted: list[str] = []
+    stop = threading.Event()
+    # evictions in intervals 1, 3 and 4; the second interval's job is preempted with the whole cluster
+    evictions = threading.Thread(
+        target=evict_a_node_of_each_job, args=(e2e, [keys[0], *keys[2:]], stop, evicted), daemon=True
+    )
+    with backfill_cancelled_on_failure(e2e):
+        created = backfill(e2e, dates[0], dates[-1], "none")
+        assert created.returncode == 0, created.stderr[-2000:]
+        evictions.start()
+        try:
+            # the preemption holds the cluster's running jobs until their waits have sampled it: only once the
+            # second interval's job runs (holding the first interval's would keep the capacity pool's one slot)
+            wait_until(
+                lambda: any(j.status == "Running" for j in e2e.jobs_for(keys[1])),
+                timeout=400,
+                what="interval 2 running",
+                interval=0.2,
+            )
+            lost = preempt_whole_cluster(e2e, lambda job: f"/input/{keys[1]}/" in str(job.input_uri or ""), preempted)
+            wait_for_backfill(e2e)
+        finally:
+            stop.set()
+            evictions.join(timeout=30)
     runs = backfill_runs(e2e, dates[0], dates[-1])
     assert [r["run_type"] for r in runs] == ["backfill"] * 4 and [r["state"] for r in runs] == ["success"] * 4, runs
-    assert len(preempted) == 1
+    redone = sum(j.mini_batch_attempts - j.mini_batches_total for j in jobs_of(e2e, keys))
     results = [
         e2e.record(
             f"backfill on Celery, interval {n + 1} of 4",
             key,
             run["state"],
-            "node evictions throughout; the whole cluster preempted once; 2 workers, 2 triggerers",
+            f"{len(evicted)} nodes evicted in intervals 1, 3, 4 ({redone} mini-batches redone); the whole cluster "
+            f"preempted once in interval 2 ({len(lost)} job ended); 2 workers, 2 triggerers",
         )
         for n, (key, run) in enumerate(zip(keys, runs, strict=True))
     ]
+    # jobs = partitions + resubmissions, and the resubmissions are exactly the jobs the preemption ended
+    assert lost and sorted(lost) == sorted(
+        next(e.name for e in jobs_of(e2e, keys) if e.input_uri == j.input_uri and e.created < j.created)
+        for j in jobs_of(e2e, keys)
+        if j.name in resubmissions(e2e, keys)
+    )
     for key, result in zip(keys, results, strict=True):
-        assert_exactly_once(result, jobs=CONF["partitions"] + resubmissions(e2e, key))
-    assert sum(resubmissions(e2e, k) for k in keys) >= 1  # the preempted jobs were resubmitted
-    assert sum(j.mini_batch_attempts - j.mini_batches_total for k in keys for j in e2e.jobs_for(k)) > 0  # evictions
-    assert peak_queued(e2e, keys) <= CAPACITY_JOBS + 1
+        assert_exactly_once(result, jobs=CONF["partitions"] + len(resubmissions(e2e, [key])))
+    assert len(resubmissions(e2e, keys)) == len(lost)
+    assert len(evicted) >= 3, evicted  # at least one node of a job of each evicted interval
+    # capacity waits in Airflow (the pool's slot), not in Azure's queue: never more live jobs than the cluster holds
+    assert peak_live_jobs(e2e, keys) <= CAPACITY_JOBS
 
-    jobs_before = sum(len(e2e.jobs_for(k)) for k in keys)
-    # reprocess "none": every interval has a run, so the backfill runs none of them again
-    again = backfill(e2e, dates[0], dates[-1], "none")
-    assert again.returncode == 0, again.stderr[-2000:]
-    wait_for_backfill(e2e)
-    assert [r["end_date"] for r in backfill_runs(e2e, dates[0], dates[-1])] == [r["end_date"] for r in runs]
-    # reprocess "failed": only the run marked failed runs again, and scores nothing new
-    e2e.airflow.api("PATCH", f"/dags/{DAG_ID}/dagRuns/{runs[2]['dag_run_id']}", json={"state": "failed"})
-    redo = backfill(e2e, dates[0], dates[-1], "failed")
-    assert redo.returncode == 0, redo.stderr[-2000:]
-    wait_for_backfill(e2e)
-    after = backfill_runs(e2e, dates[0], dates[-1])
-    assert [r["state"] for r in after] == ["success"] * 4
-    assert [r["end_date"] != b["end_date"] for r, b in zip(after, runs, strict=True)] == [False, False, True, False]
-    # reprocess "completed" (over the first two intervals, to keep the row short): every run again; the
-    # checkpoints leave nothing to score
-    every = backfill(e2e, dates[0], dates[1], "completed")
-    assert every.returncode == 0, every.stderr[-2000:]
-    wait_for_backfill(e2e)
+    jobs_before = len(jobs_of(e2e, keys))
+    with backfill_cancelled_on_failure(e2e):
+        # reprocess "none": every interval has a run, so the backfill runs none of them again
+        again = backfill(e2e, dates[0], dates[-1], "none")
+        assert again.returncode == 0, again.stderr[-2000:]
+        wait_for_backfill(e2e)
+        assert [r["end_date"] for r in backfill_runs(e2e, dates[0], dates[-1])] == [r["end_date"] for r in runs]
+        # reprocess "failed": only the run marked failed runs again, and scores nothing new
+        e2e.airflow.api("PATCH", f"/dags/{DAG_ID}/dagRuns/{runs[2]['dag_run_id']}", json={"state": "failed"})
+        redo = backfill(e2e, dates[0], dates[-1], "failed")
+        assert redo.returncode == 0, redo.stderr[-2000:]
+        wait_for_backfill(e2e)
+        after = backfill_runs(e2e, dates[0], dates[-1])
+        assert [r["state"] for r in after] == ["success"] * 4
+        assert [r["end_date"] != b["end_date"] for r, b in zip(after, runs, strict=True)] == [False, False, True, False]
+        # reprocess "completed" (over the first two intervals, to keep the row short): every run again; the
+        # checkpoints leave nothing to score
+        every = backfill(e2e, dates[0], dates[1], "completed")
+        assert every.returncode == 0, every.stderr[-2000:]
+        wait_for_backfill(e2e)
     final = backfill_runs(e2e, dates[0], dates[-1])
     assert [r["state"] for r in final] == ["success"] * 4
     assert [r["end_date"] != b["end_date"] for r, b in zip(final, after, strict=True)] == [True, True, False, False]
-    assert sum(len(e2e.jobs_for(k)) for k in keys) == jobs_before  # 0 new jobs over three reprocessings
+    assert len(jobs_of(e2e, keys)) == jobs_before  # 0 new jobs over three reprocessings
     for key in keys:
         assert e2e.rows(key)[1:] == (0, 0)
 
 
-def running_a_task(e2e: E2E, worker: str) -> bool:
-    """The Celery worker runs a task now: below its pool's processes, a task's supervisor (a grandchild)."""
+def tasks_running_on(e2e: E2E, worker: str) -> list[tuple[str, str, int, int]]:
+    """(run, task, map index, try) of the task instances whose process is below this Celery worker now."""
     try:
-        pool = psutil.Process(e2e.airflow.procs[worker].pid).children()
-        return any(child.children() for child in pool)
+        main = psutil.Process(e2e.airflow.procs[worker].pid)
+        below = {p.pid for p in main.children(recursive=True)}
     except psutil.NoSuchProcess:
-        return False
+        return []
+    rows = sql(
+        e2e,
+        "SELECT run_id, task_id, map_index, try_number, pid FROM task_instance WHERE dag_id = %s AND state = 'running'",
+        DAG_ID,
+    )
+    return [(r, t, int(m), int(n)) for r, t, m, n, pid in rows if pid in below]
 
 
 def triggers_held(e2e: E2E) -> dict[int, int]:
@@ -196,53 +263,103 @@ def test_rolling_restart_and_a_killed_worker_mid_backfill(celery_e2e: E2E) -> No
     dates = days("2026-09-11", 4)
     keys = intervals(dates)
     forget_spot_history(e2e)
-    created = backfill(e2e, dates[0], dates[-1], "none")
-    assert created.returncode == 0, created.stderr[-2000:]
     airflow = e2e.airflow
+    stopped_mid_task: list[tuple[str, str, int, int]] = []
+    moved = 0
+    killed: list[str] = []
+    with backfill_cancelled_on_failure(e2e):
+        created = backfill(e2e, dates[0], dates[-1], "none")
+        assert created.returncode == 0, created.stderr[-2000:]
 
-    # each worker in turn, SIGTERM'd while it runs a task (a rolling deploy's stop: it finishes the task first)
-    for worker in ("worker-1", "worker-2"):
-        wait_until(lambda worker=worker: running_a_task(e2e, worker), timeout=300, what=f"{worker} running a task")
-        airflow.terminate(worker)
-        airflow.start_service(worker)
-    # each triggerer in turn, and on until one was stopped while it held a wait: that wait must go on elsewhere
-    moved, stopped = 0, []
-    for name in ["triggerer", "triggerer-2"] * 3:
-        if moved and len(stopped) >= 2:
-            break
-        held = wait_until(lambda: triggers_held(e2e), timeout=300, what="a wait held by a triggerer")
-        alive = set(alive_triggerers(e2e))
-        airflow.terminate(name)
-        stopped.append(name)
-        gone = alive - set(alive_triggerers(e2e))
-        theirs = [t for t, holder in held.items() if holder in gone]
+        # 1. each worker in turn, SIGTERM'd while it runs a task (a rolling deploy's stop: to the main process,
+        #    which finishes its running tasks first, then exits)
+        for worker in WORKERS:
+            running = wait_until(
+                lambda worker=worker: tasks_running_on(e2e, worker), timeout=300, what=f"{worker} running a task"
+            )
+            airflow.terminate(worker)
+            stopped_mid_task.extend(running)
+            airflow.start_service(worker)
 
-        def settled(theirs: list[int] = theirs, gone: set[int] = gone) -> tuple[dict[int, int]] | None:
-            """Each of the stopped triggerer's waits either runs in another triggerer now or has ended."""
-            now = triggers_held(e2e)
-            pending = {t for t in theirs if t in now and now[t] in gone}
-            orphaned = {t for t in theirs if t not in now} & {int(r[0]) for r in sql(e2e, "SELECT id FROM trigger")}
-            return None if pending or orphaned else (now,)  # a tuple: no trigger left at all is an answer too
+        # 2. each triggerer in turn, while a wait cannot end: the cluster's running job is held, so the one wait
+        #    (the capacity pool's one slot) stays with its triggerer until that one stops, then must go on in the
+        #    other. Whichever held it first, one of the two stops moves it.
+        wait_until(
+            lambda: any(j.status == "Running" for j in jobs_of(e2e, keys)) and triggers_held(e2e),
+            timeout=300,
+            what="a running job's wait held by a triggerer",
+            interval=0.5,
+        )
+        e2e.emulator.hold_cluster(CLUSTER)
+        try:
+            for name in ("triggerer", "triggerer-2"):
+                held = wait_until(lambda: triggers_held(e2e), timeout=180, what="the held job's wait", interval=0.5)
+                alive = set(alive_triggerers(e2e))
+                airflow.terminate(name)
+                gone = alive - set(alive_triggerers(e2e))
+                theirs = [t for t, holder in held.items() if holder in gone]
 
-        (now,) = wait_until(settled, timeout=180, what="the stopped triggerer's waits going on elsewhere")
-        moved += sum(1 for t in theirs if t in now)
-        airflow.start_service(name)
-        wait_until(lambda alive=alive: len(alive_triggerers(e2e)) >= len(alive), timeout=120, what=f"{name} back")
-    # then a crash: kill -9 of a worker and its task processes while it runs a task
-    wait_until(lambda: running_a_task(e2e, "worker-1"), timeout=300, what="worker-1 running a task")
-    airflow.kill("worker-1")
-    airflow.start_service("worker-1")
-    wait_for_backfill(e2e)
+                def elsewhere(theirs: list[int] = theirs, gone: set[int] = gone) -> bool:
+                    now = triggers_held(e2e)
+                    return all(t in now and now[t] not in gone for t in theirs)
+
+                wait_until(elsewhere, timeout=180, what=f"{name}'s waits going on in the other triggerer", interval=1)
+                moved += len(theirs)
+                airflow.start_service(name)
+                wait_until(
+                    lambda alive=alive: len(alive_triggerers(e2e)) >= len(alive),
+                    timeout=120,
+                    what=f"{name} back",
+                    interval=1,
+                )
+        finally:
+            e2e.emulator.hold_cluster(CLUSTER, held=False)
+
+        # 3. a crash: kill -9 of the worker (and everything below it) whose task has just submitted its job
+        def kill_the_submitters_worker(entry: dict[str, Any]) -> None:
+            pid = pid_owning_local_port(entry["peer_port"])
+            for worker in WORKERS:
+                proc = airflow.procs[worker]
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    below = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+                    if pid in below and pid != os.getpid() and not killed:
+                        killed.append(worker)
+                        airflow.kill_tree(worker)
+
+        e2e.emulator.after_response(
+            lambda e: e["method"] == "POST" and e["path"].startswith("/inference/batch/") and e["status"] == 201,
+            kill_the_submitters_worker,
+        )
+        try:
+            wait_until(lambda: killed, timeout=300, what="a worker killed right after its task's submit", interval=0.5)
+        finally:
+            e2e.emulator.clear_faults()
+        airflow.start_service(killed[0])
+        wait_for_backfill(e2e)
+
     runs = backfill_runs(e2e, dates[0], dates[-1])
     assert [r["state"] for r in runs] == ["success"] * 4, runs
-    assert moved >= 1 and stopped[:2] == ["triggerer", "triggerer-2"], (moved, stopped)
     for key, run in zip(keys, runs, strict=True):
         result = e2e.record(
-            "rolling restart mid-backfill (Celery)",
+            f"rolling restart mid-backfill on Celery, interval {key}",
             key,
             run["state"],
-            f"SIGTERM to each of 2 workers while it ran a task, to the triggerers in turn ({moved} held waits "
-            "that went on in the other), then kill -9 of a worker running a task",
+            f"SIGTERM to each of 2 workers while it ran a task ({len(stopped_mid_task)} tasks, each finished in "
+            f"its try), to each triggerer in turn ({moved} held waits went on in the other), then kill -9 of "
+            f"{killed[0]} right after its task submitted a job",
         )
         assert_exactly_once(result, jobs=CONF["partitions"])  # no resubmission: nothing was cancelled
         assert not [j.name for j in e2e.jobs_for(key) if j.status == "Canceled"]
+    assert moved >= 1
+    # every task a SIGTERM'd worker was running finished in the same try: the stop let it end, nothing retried it
+    for run_id, task_id, map_index, try_number in stopped_mid_task:
+        state, now = sql(
+            e2e,
+            "SELECT state, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s AND task_id = %s"
+            " AND map_index = %s",
+            DAG_ID,
+            run_id,
+            task_id,
+            map_index,
+        )[0]
+        assert (state, int(now)) == ("success", try_number), (run_id, task_id, map_index, state, now)
