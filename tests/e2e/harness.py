@@ -301,8 +301,12 @@ class AirflowDeployment:
                     "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
                     # a task whose worker was killed is found by its missing heartbeats: 30 s, not the default 300 s
                     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+                    # Celery's pool (billiard) makes a pymp-* folder in the temp dir, which a killed worker
+                    # leaves behind (a .ci/run found two in /tmp): the deployment's own temp dir instead
+                    "TMPDIR": str(base / "tmp"),
                 }
             )
+            (base / "tmp").mkdir(exist_ok=True)
         for n in range(1, celery_workers + 1):
             # each worker serves its task logs on a port of its own (they share this machine)
             args = ["celery", "worker", "--celery-hostname", f"worker-{n}@%h"]
