@@ -22,7 +22,6 @@ from urllib.parse import quote
 from airflow_azureml import cost
 from airflow_azureml.hooks.airflow_rest import AirflowRestHook
 
-COST_XCOM_KEY = "azureml_cost"  # operators.job_cost.COST_XCOM_KEY (tests hold the two equal)
 PAGE = 100
 
 
@@ -98,14 +97,15 @@ class DagRunCostsHook(AirflowRestHook):
 
     def cost_entries(self, dag_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
         """Which tasks reported a cost in the range (the list holds no values); all runs in one listing."""
-        params = {"xcom_key": COST_XCOM_KEY, "logical_date_gte": start.isoformat(), "logical_date_lte": end.isoformat()}
+        params = {"xcom_key": cost.COST_XCOM_KEY, "logical_date_gte": start.isoformat()}
+        params["logical_date_lte"] = end.isoformat()
         path = f"/dags/{quote(dag_id, safe='')}/dagRuns/~/taskInstances/~/xcomEntries"
         return self._pages(path, params, "xcom_entries", f"list the cost reports of {dag_id}")
 
     def cost_value(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
         path = (
             f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
-            f"{quote(task_id, safe='')}/xcomEntries/{COST_XCOM_KEY}"
+            f"{quote(task_id, safe='')}/xcomEntries/{cost.COST_XCOM_KEY}"
         )
         response = self._call("GET", path, params={"map_index": map_index})
         if response.status_code == 404:  # cleared since it was listed
@@ -206,22 +206,18 @@ def bill_metrics(bill: Mapping[str, Any], dag_id: str) -> list[tuple[str, float,
     return out
 
 
-def _money(value: float | None) -> str:
-    return "unknown" if value is None else f"${value:,.4f}"
-
-
 def format_runs(bill: Mapping[str, Any], dag_id: str, start: datetime, end: datetime) -> str:
     runs = bill.get("runs") or []
     lines = [f"{len(runs)} runs of {dag_id} with a logical date from {start.isoformat()} to {end.isoformat()}"]
     if runs:
         lines.append(f"  {'logical date':<26} {'state':<8} {'tasks':>5} {'jobs':>4} {'cost':>10} {'all-dedicated':>13}")
     for run in runs:
-        money = (
-            (_money(run["cost"]), _money(run["dedicated_equivalent"])) if run["tasks_reported"] else ("no report", "")
-        )
+        figures = ("no report", "")
+        if run["tasks_reported"]:
+            figures = (cost.money(run["cost"]), cost.money(run["dedicated_equivalent"]))
         lines.append(
             f"  {str(run['logical_date'] or run['run_id'])[:26]:<26} {str(run['state'])[:8]:<8} "
-            f"{run['tasks_reported']:>5} {len(run['jobs']):>4} {money[0]:>10} {money[1]:>13}"
+            f"{run['tasks_reported']:>5} {len(run['jobs']):>4} {figures[0]:>10} {figures[1]:>13}"
         )
     if not runs:
         lines.append(
@@ -238,8 +234,8 @@ def format_runs(bill: Mapping[str, Any], dag_id: str, start: datetime, end: date
     shared = bill.get("sum_of_runs_node_hours", 0.0) - sum((bill.get("node_hours") or {}).values())
     if shared > 1e-9 and bill.get("sum_of_runs_cost") is not None and bill.get("cost") is not None:
         lines.append(
-            f"  sum of the runs {_money(bill['sum_of_runs_cost'])}; the range {_money(bill['cost'])}: runs that "
-            f"waited on one cluster at the same time share its nodes ({shared:.4f} node-hours), billed once"
+            f"  sum of the runs {cost.money(bill['sum_of_runs_cost'])}; the range {cost.money(bill['cost'])}: runs "
+            f"that waited on one cluster at the same time share its nodes ({shared:.4f} node-hours), billed once"
         )
     for name, kinds in (bill.get("price_changes") or {}).items():
         rates = "; ".join(f"{kind} {min(v)}-{max(v)}/h" for kind, v in kinds.items())

@@ -26,6 +26,8 @@ TIERS = ("dedicated", "low_priority")
 #: nodes wait to be deallocated). A longer gap (a worker crash and a retry delay) is not counted: nothing was observed.
 BRIDGE_MAX = 120.0
 USAGE_VERSION = 1
+#: The XCom key of a job task's cost report: written by ``operators.job_cost``, read by ``backfill_bill``.
+COST_XCOM_KEY = "azureml_cost"
 
 
 def counts_from_rest(inner: Mapping[str, Any] | None) -> tuple[int, ...] | None:
@@ -399,7 +401,7 @@ def metrics(report: Mapping[str, Any]) -> list[tuple[str, str, float, dict[str, 
     return out
 
 
-def _money(value: float | None) -> str:
+def money(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.4f}"
 
 
@@ -420,15 +422,15 @@ def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
         f"  preemptions        {bill.get('preemptions', 0)}; evicted node-hours "
         f"{bill.get('evicted_node_hours', 0.0):.4f}{_evicted_context(bill)}, lost to preempted attempts "
         f"{bill.get('lost_node_hours', 0.0):.4f}",
-        f"  estimated cost     {_money(bill.get('cost'))}",
-        f"  all-dedicated      {_money(eq.get('cost'))} ({eq.get('node_hours', 0.0):.4f} node-hours at pay-as-you-go)",
+        f"  estimated cost     {money(bill.get('cost'))}",
+        f"  all-dedicated      {money(eq.get('cost'))} ({eq.get('node_hours', 0.0):.4f} node-hours at pay-as-you-go)",
     ]
     savings, pct = bill.get("savings"), bill.get("savings_pct")
     if savings is not None and savings < 0:  # not "savings $-0.0003 (-110.8 %)"
         more = "" if pct is None else f" ({-pct:.1f} % more)"
-        lines.append(f"  spot cost more     {_money(-savings)} more than all-dedicated{more}")
+        lines.append(f"  spot cost more     {money(-savings)} more than all-dedicated{more}")
     else:
-        lines.append(f"  savings            {_money(savings)}" + ("" if pct is None else f" ({pct:.1f} %)"))
+        lines.append(f"  savings            {money(savings)}" + ("" if pct is None else f" ({pct:.1f} %)"))
     for name, entry in sorted((bill.get("computes") or {}).items()):
         rate = entry.get("hourly_price")
         lines.append(

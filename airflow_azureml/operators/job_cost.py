@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from airflow_azureml.hooks.azure_ml import AzureMLHook
     from airflow_azureml.lifecycle import ResubmissionState
 
-COST_XCOM_KEY = "azureml_cost"  # the chain's bill (cost.estimate); cost.run_bill combines a run's
+from airflow_azureml.cost import COST_XCOM_KEY  # the chain's bill (cost.estimate); cost.run_bill combines a run's
 
 
 def estimate(

@@ -30,7 +30,7 @@ def report(job: str, start: float, end: float, task: str, preemptions: int = 0) 
 def test_the_key_is_the_operators() -> None:
     from airflow_azureml.operators.job_cost import COST_XCOM_KEY
 
-    assert backfill_bill.COST_XCOM_KEY == COST_XCOM_KEY
+    assert cost.COST_XCOM_KEY == COST_XCOM_KEY == "azureml_cost"
 
 
 def test_bounds_a_date_is_the_whole_day_and_naive_means_utc() -> None:
