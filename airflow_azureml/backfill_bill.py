@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_azureml import cost
+from airflow_azureml.cli import ARGUMENTS, DESCRIPTION
 from airflow_azureml.hooks.airflow_rest import AirflowRestHook
 
 PAGE = 100
@@ -243,28 +244,27 @@ def format_runs(bill: Mapping[str, Any], dag_id: str, start: datetime, end: date
     return "\n".join(lines)
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m airflow_azureml.cost",
-        description="The Azure ML bill of a DAG's runs in a range of logical dates (a backfill), from the job "
-        "tasks' azureml_cost XComs, read through Airflow's REST API.",
-    )
-    parser.add_argument("--dag-id", required=True)
-    parser.add_argument("--from", dest="start", required=True, help="first logical date: YYYY-MM-DD or ISO 8601")
-    parser.add_argument("--to", dest="end", required=True, help="last logical date, inclusive: YYYY-MM-DD or ISO 8601")
-    parser.add_argument("--run-type", choices=run_types() or None, help="only runs of this type, e.g. backfill")
-    parser.add_argument("--conn-id", default=AirflowRestHook.default_conn_name, help="the api-server's connection")
-    parser.add_argument("--json", action="store_true", help="print the bill as JSON")
-    parser.add_argument("--no-metrics", action="store_true", help="do not send the bill as metrics")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:  # bad input is refused before any call
-        start, end = parse_bound(args.start, end=False), parse_bound(args.end, end=True)
-        check_range(start, end)
-        if not args.dag_id.strip():
-            raise ValueError("--dag-id is empty")
-    except ValueError as exc:
-        parser.error(str(exc))
-    hook = DagRunCostsHook(args.conn_id)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments (``cli.ARGUMENTS``, which ``airflow azureml bill`` declares too)."""
+    for flags, kwargs in ARGUMENTS:
+        parser.add_argument(*flags, **kwargs)
+
+
+def checked(args: argparse.Namespace) -> tuple[datetime, datetime]:
+    """The range, with every argument checked before any call (ValueError says what is wrong)."""
+    start, end = parse_bound(args.start, end=False), parse_bound(args.end, end=True)
+    check_range(start, end)
+    if not args.dag_id.strip():
+        raise ValueError("--dag-id is empty")
+    known = run_types()
+    if args.run_type is not None and known and args.run_type not in known:
+        raise ValueError(f"--run-type {args.run_type!r} is not one of {', '.join(known)}")
+    return start, end
+
+
+def run(args: argparse.Namespace, start: datetime, end: datetime) -> int:
+    """Read, sum, print and send the bill of checked arguments (``checked``); 1 when Airflow could not be read."""
+    hook = DagRunCostsHook(args.conn_id or AirflowRestHook.default_conn_name)
     try:
         runs = hook.read(args.dag_id, start, end, args.run_type)
     except Exception as exc:
@@ -291,3 +291,17 @@ def main(argv: Iterable[str] | None = None) -> int:
         except Exception as exc:  # metrics are best effort
             print(f"metrics not sent: {type(exc).__name__}", file=sys.stderr)
     return 0
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_azureml.cost",
+        description=DESCRIPTION,
+    )
+    add_arguments(parser)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:  # bad input is refused before any call
+        start, end = checked(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return run(args, start, end)

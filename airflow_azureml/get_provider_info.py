@@ -55,6 +55,8 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "Azure Machine Learning", "python-modules": ["airflow_azureml.triggers.job"]}
         ],
+        # Airflow 3.2+ adds these to its CLI (``airflow azureml bill``); 3.1 ignores the key
+        "cli": ["airflow_azureml.cli.get_azureml_cli_commands"],
         "extra-links": [
             "airflow_azureml.links.studio.AzureMLStudioJobLink",
             "airflow_azureml.links.studio.AzureMLStudioPreviousJobLink",

@@ -197,8 +197,9 @@ def test_two_overlapping_dag_runs(e2e: E2E) -> None:
 
 
 def check_the_bill_of_the_range(e2e: E2E, dates: list[str], runs: list[str]) -> None:
-    """``python -m airflow_azureml.cost`` over the two runs' range, against the real api-server: every job of
-    both intervals billed, both runs' cost reports read, and the two runs' shared cluster time billed once."""
+    """``python -m airflow_azureml.cost`` (and ``airflow azureml bill``) over the two runs' range, against the
+    real api-server: every job of both intervals billed, both runs' cost reports read, and the two runs'
+    shared cluster time billed once."""
     from airflow_azureml import cost
 
     env = {**os.environ, "AIRFLOW_CONN_AIRFLOW_API": json.dumps({"conn_type": "http", "host": e2e.airflow.base})}
@@ -225,6 +226,10 @@ def check_the_bill_of_the_range(e2e: E2E, dates: list[str], runs: list[str]) -> 
     text = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert text.returncode == 0 and f"Azure ML bill of {DAG_ID}, 2 runs" in text.stdout, text.stderr[-2000:]
     print(text.stdout)  # the real output that docs/backfills.md shows
+    # the same command, registered in Airflow's own CLI by the provider (Airflow 3.2+): the same bill
+    cli = e2e.airflow.airflow("azureml", "bill", *argv[3:], "--json", timeout=120)
+    cli_bill = json.loads(cli.stdout[cli.stdout.index("{\n") :])  # after any log line Airflow prints first
+    assert (cli_bill["runs"], cli_bill["cost"]) == (bill["runs"], bill["cost"])
 
 
 def test_no_secret_or_token_in_logs_xcom_or_trigger_rows(e2e: E2E) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -50,7 +51,7 @@ def test_bounds_a_date_is_the_whole_day_and_naive_means_utc() -> None:
         (["--dag-id", "d", "--from", "last week", "--to", "2026-01-01"], "not a date"),
         (["--dag-id", " ", "--from", "2026-01-01", "--to", "2026-01-01"], "--dag-id is empty"),
         (["--from", "2026-01-01", "--to", "2026-01-01"], "--dag-id"),
-        (["--dag-id", "d", "--from", "2026-01-01", "--to", "2026-01-01", "--run-type", "bogus"], "invalid choice"),
+        (["--dag-id", "d", "--from", "2026-01-01", "--to", "2026-01-01", "--run-type", "bogus"], "is not one of"),
     ],
 )
 def test_bad_input_is_refused_before_any_call(
@@ -64,6 +65,36 @@ def test_bad_input_is_refused_before_any_call(
         backfill_bill.main(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_airflow_azureml_bill_is_the_same_command_in_airflows_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``airflow azureml bill`` (Airflow 3.2+ reads the provider's ``cli`` list): the same arguments, and bad input
+    refused before any call with exit code 2."""
+    from airflow_azureml import cli
+    from airflow_azureml.get_provider_info import get_provider_info
+
+    assert "airflow_azureml.cli.get_azureml_cli_commands" in get_provider_info()["cli"]
+    (group,) = cli.get_azureml_cli_commands()
+    (bill,) = group.subcommands
+    assert (group.name, bill.name) == ("azureml", "bill")
+    assert [a.flags for a in bill.args] == [flags for flags, _ in cli.ARGUMENTS]
+
+    def no_call(*_: Any, **__: Any) -> None:
+        raise AssertionError("the API was called")
+
+    monkeypatch.setattr(DagRunCostsHook, "_connect", no_call)
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    sub = commands.add_parser("bill")
+    for arg in bill.args:
+        arg.add_to_parser(sub)
+    sub.set_defaults(func=bill.func)
+    args = parser.parse_args(["bill", "--dag-id", "d", "--from", "2026-02-01", "--to", "2026-01-01"])
+    with pytest.raises(SystemExit) as exited:
+        args.func(args)
+    assert exited.value.code == 2 and "is after --to" in capsys.readouterr().err
 
 
 class FakeApi:
