@@ -361,6 +361,9 @@ class AirflowDeployment:
         """Start ``service``; ``name`` (default: the service) tells a second instance apart, e.g. a 2nd triggerer."""
         name = name or service
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        if service == "triggerer" and name != service and name not in self.specs:
+            # another triggerer: its own trigger log port (two on one port, the second's log server fails to bind)
+            self.specs[name] = ([service], {"AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())})
         args, env = self.specs.get(name, ([service], {}))
         if service == "api-server":
             args = [service, "--port", str(self.api_port)]
