@@ -40,7 +40,12 @@ from airflow_azureml.lifecycle_actions import (
 from airflow_azureml.lifecycle_actions import Remember as Remember  # re-exported: imported from here
 from airflow_azureml.lifecycle_state import MAX_RECORDED as MAX_RECORDED  # re-exported: imported from here
 from airflow_azureml.lifecycle_state import ResubmissionState
-from airflow_azureml.lifecycle_verdict import evidence_wait_left, spend_evidence_wait, wait_for_evidence
+from airflow_azureml.lifecycle_verdict import (
+    EVIDENCE_RECHECK,
+    evidence_wait_left,
+    spend_evidence_wait,
+    wait_for_evidence,
+)
 from airflow_azureml.lifecycle_verdict import verdict as verdict  # re-exported: imported from here
 from airflow_azureml.outcomes import Classification, JobSnapshot, Outcome
 
@@ -203,7 +208,8 @@ def after_cancel(
         # A person's cancel shows in the Activity Log minutes late: wait for it before overriding anyone.
         message = (
             f"Job {job} was cancelled and no witness tells by whom yet; on_ambiguous_cancel='resubmit': looking "
-            f"at the Activity Log again in {left:.0f}s before resubmitting."
+            f"at the Activity Log again in {min(left, EVIDENCE_RECHECK):.0f}s, for up to {left:.0f}s before "
+            "resubmitting."
         )
         spend_evidence_wait(steps, job, None, message, limits, left, now)
         return steps.done()

@@ -59,6 +59,11 @@ def verdict(
     return steps.done(), found
 
 
+# The wait for late evidence looks again this often: a person's cancel is final as soon as the Activity Log
+# shows it (minutes late), not when the whole wait is over; a preemption is resubmitted at the wait's end.
+EVIDENCE_RECHECK = 120.0
+
+
 def evidence_wait_left(state: ResubmissionState, job: str, limits: Limits, now: float | None) -> float:
     """Seconds of the wait for late evidence still to spend on ``job`` (0: spent, or none wanted)."""
     if limits.evidence_wait <= 0:
@@ -80,7 +85,8 @@ def wait_for_evidence(
     steps = Steps(state)
     message = (
         f"Job {job} looks preempted ({reason}), seen only near its end: reading the Activity Log again in "
-        f"{seconds:.0f}s before resubmitting (a person's cancel there would be final)."
+        f"{min(seconds, EVIDENCE_RECHECK):.0f}s, for up to {seconds:.0f}s before resubmitting (a person's cancel "
+        "there would be final)."
     )
     spend_evidence_wait(steps, job, reason, message, limits, seconds, now)
     return steps.done()
@@ -90,7 +96,7 @@ def spend_evidence_wait(
     steps: Steps, job: str, kept: str | None, message: str, limits: Limits, seconds: float, now: float | None
 ) -> None:
     """Remember the wait (its deadline, and ``kept``: the weak verdict's reason, which stands after it unless a
-    person's cancel shows), then back off and look at the job again."""
+    person's cancel shows), then back off (``EVIDENCE_RECHECK`` at most) and look at the job again."""
     state = steps.state
     if state.evidence_waited != job or state.evidence_until is None:
         state.evidence_until = now + seconds if now is not None else None
@@ -98,4 +104,6 @@ def spend_evidence_wait(
     state.evidence_reason = kept
     steps.add(Log(logging.INFO, message))
     steps.remember()
-    steps.add(BackOff(job, seconds, in_triggerer=limits.deferrable), Wait())
+    # without a clock there is no deadline to look again against: the whole wait at once
+    chunk = min(seconds, EVIDENCE_RECHECK) if state.evidence_until is not None else seconds
+    steps.add(BackOff(job, chunk, in_triggerer=limits.deferrable), Wait())

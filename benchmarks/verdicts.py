@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_azureml import lifecycle
 from airflow_azureml.lifecycle import BackOff, CheckDuplicate, Limits, ResubmissionState, Resubmit
+from airflow_azureml.lifecycle_verdict import EVIDENCE_RECHECK
 from airflow_azureml.outcomes import ActivityEvidence, GaugeEvidence, JobSnapshot, Outcome, classify
 from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy
 
@@ -226,7 +227,7 @@ def decide(result: Result, on_ambiguous: str) -> float | None:
     limits = Limits(on_ambiguous_cancel="resubmit" if on_ambiguous == "resubmit" else "fail")
     state = ResubmissionState(key="k", job_names=[result.snapshot.name], next_resubmission=1)
     t, gauge = result.seen_ended + 0.5, result.gauge
-    for _ in range(4):
+    for _ in range(4 + int(EVIDENCE_WAIT // EVIDENCE_RECHECK)):  # the wait looks again every EVIDENCE_RECHECK
         activity = result.timeline.activity(t)
         decision, found = lifecycle.verdict(state, result.snapshot, gauge, activity)
         decision = lifecycle.on_end(decision.state, result.snapshot.name, found, limits, watched=True, now=t)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from airflow_azureml import lifecycle
 from airflow_azureml.hooks.rest import job_cancels
 from airflow_azureml.lifecycle import BackOff, Limits, ResubmissionState, Resubmit
+from airflow_azureml.lifecycle_verdict import EVIDENCE_RECHECK
 from airflow_azureml.outcomes import ActivityEvidence, GaugeEvidence, JobSnapshot, Outcome, classify
 from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy
 
@@ -206,9 +209,38 @@ def test_a_retry_inside_the_evidence_wait_waits_the_rest_of_it() -> None:
     _, again = lifecycle.verdict(stored, JOB, None, NOTHING_LOGGED)  # a crash 100 s in: the retry
     retry = lifecycle.on_end(stored, "j", again, LIMITS, watched=False, now=1100.0)
     backoff = next(a for a in retry.actions if isinstance(a, BackOff))
-    assert backoff.seconds == pytest.approx(LIMITS.evidence_wait - 100)  # the rest, not nothing, not all
+    assert retry.state.evidence_until == 1000.0 + LIMITS.evidence_wait  # the rest, not nothing, not all
+    assert backoff.seconds == pytest.approx(min(LIMITS.evidence_wait - 100, EVIDENCE_RECHECK))
     done = lifecycle.on_end(stored, "j", again, LIMITS, watched=False, now=1000.0 + LIMITS.evidence_wait)
     assert isinstance(done.actions[-1], Resubmit)
+
+
+def test_the_evidence_wait_looks_again_and_a_logged_person_ends_it_early() -> None:
+    """The wait reads the Activity Log every EVIDENCE_RECHECK: a person's cancel that shows 5 min late is final
+    then, not after the whole 900 s; with nothing logged, the work is resubmitted at the wait's end, not before."""
+    state, now, looks = _chain(), 1000.0, 0
+    decision = lifecycle.on_end(state, "j", classify(JOB, gauge=AFTER_END), LIMITS, watched=True, now=now)
+    while not isinstance(decision.actions[-1], Resubmit):
+        backoff = next(a for a in decision.actions if isinstance(a, BackOff))
+        assert backoff.seconds <= EVIDENCE_RECHECK
+        now += backoff.seconds
+        looks += 1
+        state = ResubmissionState.from_store("k", decision.state.to_store(), None)
+        _, found = lifecycle.verdict(state, JOB, None, NOTHING_LOGGED)
+        decision = lifecycle.on_end(state, "j", found, LIMITS, watched=False, now=now)
+    assert now >= 1000.0 + LIMITS.evidence_wait - 1.0 and looks == math.ceil(LIMITS.evidence_wait / EVIDENCE_RECHECK)
+    # the same wait, with the person's cancel in the log from 300 s on
+    state, now = _chain(), 1000.0
+    decision = lifecycle.on_end(state, "j", classify(JOB, gauge=AFTER_END), LIMITS, watched=True, now=now)
+    while True:
+        now += next(a for a in decision.actions if isinstance(a, BackOff)).seconds
+        state = ResubmissionState.from_store("k", decision.state.to_store(), None)
+        _, found = lifecycle.verdict(state, JOB, None, LOGGED if now - 1000.0 >= 300 else NOTHING_LOGGED)
+        if found.outcome is Outcome.USER_CANCELED:
+            break
+        decision = lifecycle.on_end(state, "j", found, LIMITS, watched=False, now=now)
+        assert not isinstance(decision.actions[-1], Resubmit), "resubmitted before the log was read again"
+    assert found.witness == "activity_log" and now - 1000.0 <= 300 + EVIDENCE_RECHECK
 
 
 def test_a_kill_during_the_evidence_wait_records_no_cancel_of_the_ended_job() -> None:
