@@ -4,7 +4,8 @@
 #               workers, a test file at a time (--dist loadfile) in collection order (--no-loadscope-reorder:
 #               xdist would otherwise start the files with the most tests first, and the e2e files last):
 #               the e2e matrix is four files, one a worker at the start, each on an Airflow deployment of
-#               its own, while the fifth starts on the integration tests; then all take the rest. The
+#               its own, while the fifth starts on test_partitioned_assets.py (its own deployment, about 70-90 s
+#               alone; not yet measured inside make test), then the integration tests; then all take the rest. The
 #               same CPU on 2 cores took 13 min 42 s on four workers and 11 min 49 s on five: the fifth
 #               fills the cores while the e2e workers wait for their deployments (docs/benchmarks.md).
 # and more for maintainers:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -152,3 +153,30 @@ def record_output_events(
             events[outlet].extra.update({**extra, "output": by_uri[outlet.uri]})
             emitted.append(outlet.uri)
     return emitted
+
+
+# ------------------------------------------------------------------ partition keys (Airflow 3.3)
+PARTITION_KEY_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"  # the temporal partition mappers' default input_format
+PARTITION_KEY_DELIMITER = "|"  # ProductMapper's default delimiter
+
+
+def partition_key(interval_start: datetime, partition: str) -> str:
+    """The partition key of one scored partition of one interval: ``2026-11-01T00:00:00|part-000``.
+
+    Why this form: Airflow's mappers read it as is. ``ProductMapper``'s default delimiter splits it in two,
+    and the first part is in the temporal mappers' default ``input_format``, so a consumer can schedule with
+    ``ProductMapper(StartOfDayMapper(), IdentityMapper())`` (a run per day and partition) or the default
+    ``IdentityMapper`` (a run per key) without configuring a format. The interval start is taken in UTC.
+    """
+    if not partition or PARTITION_KEY_DELIMITER in partition:
+        raise ValueError(f"a partition name is not empty and has no {PARTITION_KEY_DELIMITER!r}; got {partition!r}.")
+    start = interval_start.astimezone(timezone.utc) if interval_start.tzinfo else interval_start
+    return f"{start.strftime(PARTITION_KEY_TIME_FORMAT)}{PARTITION_KEY_DELIMITER}{partition}"
+
+
+def split_partition_key(key: str) -> tuple[datetime, str]:
+    """``(interval start in UTC, partition)`` of a key ``partition_key`` made; ValueError for any other key."""
+    start, delimiter, partition = key.partition(PARTITION_KEY_DELIMITER)
+    if not delimiter or not partition or PARTITION_KEY_DELIMITER in partition:
+        raise ValueError(f"not an interval|partition key: {key!r}")
+    return datetime.strptime(start, PARTITION_KEY_TIME_FORMAT).replace(tzinfo=timezone.utc), partition

@@ -7,6 +7,8 @@ provider degrades and logs, once per process at first use, exactly what is lost
 - ``task_state_store`` (3.3): where a task keeps its job chain between tries.
 - trigger ``on_kill`` (3.3): the triggerer's call when a person ends a deferred task.
 - ``conn-fields`` in the provider info (3.2): the connection form's fields for the extras.
+- partitioned assets with keys set by the task (3.3): ``add_partitions`` on an outlet's events, read by a
+  ``PartitionedAssetTimetable`` downstream.
 
 Also the names the task SDK moved between versions (``AirflowException``, ``Stats``), imported from
 where this version has them. Importing this module is cheap: nothing of Airflow at module level.
@@ -42,6 +44,12 @@ LOSSES: dict[str, str] = {
         "workspace_name, tenant_id, cloud, ca_bundle and the other extras, and keeps the standard fields "
         "unlabelled (Login is the client id, Password the client secret); put the extras in the Extra field "
         "as JSON (same keys). The connection works the same."
+    ),
+    "partitioned_assets": (
+        "Airflow {version} cannot give an asset event a partition key chosen by the task (outlet_events[...]"
+        ".add_partitions, Airflow 3.3; 3.2's partition key is the run's, one per run): the example chain emits "
+        "its whole-interval asset event only, with no event per scored (interval, partition), and "
+        "example_asset_partition_report is not defined. Consumers schedule on the whole-interval asset as before."
     ),
 }
 
@@ -127,6 +135,31 @@ def has_conn_fields() -> bool:
         return False
 
 
+@functools.cache
+def has_partitioned_assets() -> bool:
+    """Airflow 3.3: a task sets its outlet events' partition keys (``OutletEventAccessor.add_partitions``: one
+    event per key) and a ``PartitionedAssetTimetable`` queues one run per key. Airflow 3.2 has the timetable but
+    keys an event with its run's ``partition_key`` only (one per run, from a partitioned timetable or a trigger),
+    so it cannot announce several partitions of one interval; 3.1 has neither."""
+    try:
+        from airflow.sdk import PartitionedAssetTimetable  # noqa: F401
+        from airflow.sdk.execution_time.context import OutletEventAccessor
+    except ImportError:
+        return False
+    return callable(getattr(OutletEventAccessor, "add_partitions", None))
+
+
+def asset_or_time_schedule(assets: list[Any], cron: str, timezone: str = "UTC") -> Any:
+    """Runs on ``assets``' events and on ``cron`` (which also makes the DAG backfillable: Airflow backfills
+    periodic timetables only). The task SDK exports both timetables from 3.2 on; 3.1 has them in core."""
+    try:
+        from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable
+    except ImportError:  # Airflow 3.1
+        from airflow.timetables.assets import AssetOrTimeSchedule  # type: ignore[no-redef]
+        from airflow.timetables.trigger import CronTriggerTimetable  # type: ignore[no-redef]
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone=timezone), assets=assets)
+
+
 _warned: set[str] = set()
 
 
@@ -135,8 +168,9 @@ def warn_missing(feature: str) -> None:
     if feature in _warned:
         return
     _warned.add(feature)
-    # the form's loss is cosmetic; the other two change what a retry or a person's action does
-    level = logging.INFO if feature == "conn_fields" else logging.WARNING
+    # the form's loss is cosmetic, the partitions' an example's extra; the other two change what a retry or a
+    # person's action does
+    level = logging.INFO if feature in ("conn_fields", "partitioned_assets") else logging.WARNING
     log.log(level, LOSSES[feature].format(version=airflow_version()))
 
 
@@ -191,6 +225,15 @@ def airflow_exceptions() -> tuple[type[Exception], type[Exception]]:
     except ImportError:  # Airflow 3.1
         from airflow.exceptions import AirflowException, AirflowFailException
     return AirflowException, AirflowFailException
+
+
+def skip_exception() -> type[Exception]:
+    """``AirflowSkipException``: in the task SDK from 3.2 on, in core in 3.1."""
+    try:
+        from airflow.sdk.exceptions import AirflowSkipException
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import AirflowSkipException  # type: ignore[no-redef,attr-defined]
+    return AirflowSkipException
 
 
 def stats() -> Any:

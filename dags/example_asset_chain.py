@@ -9,8 +9,16 @@
    Once every partition scored, ``announce_interval`` emits one event of ``SCORED_INTERVAL`` that
    lists them: mapped tasks end one by one, and a consumer scheduled on the alias would run on the
    first partition alone.
+   The scoring DAG also runs ``@daily`` (``AssetOrTimeSchedule``), so that a backfill can re-score intervals:
+   a run the ETL's event did not trigger scores the partitions the ETL announced for its own interval, and a
+   run for an interval the ETL never wrote skips every task (nothing reaches Azure).
 3. ``example_asset_report`` is scheduled on ``SCORED_INTERVAL``: it summarises the interval's scored
    partitions in an Azure ML command job whose inputs are those folders, and counts the rows scored.
+4. Where Airflow lets a task key its asset events (3.3, ``compat.has_partitioned_assets``),
+   ``announce_interval`` also emits ``SCORED_PARTITIONS`` with one partition key per scored interval and
+   partition (``2026-11-01T00:00:00|part-000``, ``airflow_azureml.assets.partition_key``), and
+   ``example_asset_partition_report`` (a ``PartitionedAssetTimetable``) gets one run per key. On 3.1 and 3.2
+   neither exists, and the first ``announce_interval`` of a process logs so.
 
 The same file runs against Azure and the emulator: see ``low_priority_batch_scoring.py`` for the
 connection and ``AZUREML_DATASTORE_ROOT``.
@@ -19,6 +27,7 @@ connection and ``AZUREML_DATASTORE_ROOT``.
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +35,8 @@ import example_partitions
 import pendulum
 from airflow.sdk import DAG, Asset, AssetAlias, task
 
-from airflow_azureml.assets import datastore_uri, parse_datastore_uri
+from airflow_azureml import compat
+from airflow_azureml.assets import datastore_uri, parse_datastore_uri, partition_key, split_partition_key
 from airflow_azureml.operators import (
     AzureMLCreateBatchDeploymentOperator,
     AzureMLCreateComputeClusterOperator,
@@ -52,6 +62,12 @@ RECORDS = Asset(datastore_uri(example_partitions.DATASTORE, f"{PREFIX}/input"))
 SCORED = AssetAlias("azureml-scored-partitions")
 SCORED_INTERVAL = Asset(datastore_uri(example_partitions.DATASTORE, f"{PREFIX}/output"))
 # [END howto_assets_uris]
+# [START howto_assets_partitioned]
+# One event per scored (interval, partition), keyed, on an Asset of its own: Airflow queues a keyed event for
+# partition-aware DAGs only (AssetManager._queue_dagruns), so on SCORED_INTERVAL it would starve the report.
+PARTITIONED = compat.has_partitioned_assets()
+SCORED_PARTITIONS = Asset(name="azureml-scored-interval-partitions")
+# [END howto_assets_partitioned]
 
 
 def _events(context: dict[str, Any], key: Any, whole_run: bool) -> list[Any]:
@@ -67,6 +83,28 @@ def _events(context: dict[str, Any], key: Any, whole_run: bool) -> list[Any]:
         return recent[-1:]
     last = recent[-1]
     return [e for e in recent if (e.source_dag_id, e.source_run_id) == (last.source_dag_id, last.source_run_id)]
+
+
+def _records_to_score(context: dict[str, Any]) -> list[Any]:
+    """The ETL events a scoring run scores. A scheduled or backfilled run (the ``@daily`` part) scores its own
+    interval: the ETL's latest event for it, or nothing (the run is skipped). Any other run: ``_events``."""
+    run_type = getattr(context["dag_run"], "run_type", None)
+    if str(getattr(run_type, "value", run_type)) not in ("scheduled", "backfill"):
+        return _events(context, RECORDS, False)
+    interval = example_partitions.interval_key(context["data_interval_start"])
+    announced = [e for e in context["inlet_events"][RECORDS][-50:] if e.extra.get("interval") == interval]
+    if not announced:
+        raise compat.skip_exception()(f"the ETL announced no records for interval {interval}: nothing to score")
+    return announced[-1:]
+
+
+def _scored_key(output_uri: str) -> str:
+    """The partition key of a scored folder ``.../output/<interval_key>/<partition>``."""
+    place = parse_datastore_uri(output_uri)
+    if place is None:
+        raise ValueError(f"not a datastore URI: {output_uri!r}")
+    interval, partition = place.path.split("/")[-2:]
+    return partition_key(datetime.strptime(interval, "%Y%m%dT%H%M").replace(tzinfo=timezone.utc), partition)
 
 
 with DAG(
@@ -101,7 +139,9 @@ with DAG(
 
 with DAG(
     dag_id="example_asset_scoring",
-    schedule=[RECORDS],
+    # the ETL's events, and @daily so that `airflow backfill create` can re-score intervals (it backfills
+    # periodic timetables only); a day the ETL wrote nothing for is skipped whole
+    schedule=compat.asset_or_time_schedule([RECORDS], "@daily"),
     start_date=START,
     catchup=False,
     max_active_runs=1,
@@ -129,7 +169,7 @@ with DAG(
     @task(inlets=[RECORDS])
     def plan(**context: Any) -> list[dict[str, Any]]:
         """One invoke per partition the ETL announced; the job identity is the partition (exactly once)."""
-        partitions = [p for event in _events(context, RECORDS, False) for p in event.extra.get("partitions", [])]
+        partitions = [p for event in _records_to_score(context) for p in event.extra.get("partitions", [])]
         return [
             {
                 "inputs": {"heart_dataset": example_partitions.datastore_uri(p["input"])},
@@ -151,14 +191,26 @@ with DAG(
     ).expand_kwargs(planned := plan())
     # [END howto_assets_invoke_outlets]
 
-    @task(outlets=[SCORED_INTERVAL])  # all_success: never on part of an interval
+    # all_success: never on part of an interval
+    @task(outlets=[SCORED_INTERVAL, SCORED_PARTITIONS] if PARTITIONED else [SCORED_INTERVAL])
     def announce_interval(planned: list[dict[str, Any]], outlet_events: Any = None) -> list[str]:
-        """One event for the whole interval, once every partition's job completed: what consumers schedule on."""
+        """One event for the whole interval, once every partition's job completed: what consumers schedule on.
+        On Airflow 3.3 also one keyed event per scored partition of the interval (``SCORED_PARTITIONS``)."""
         outputs = sorted(kwargs["outputs"]["score"].rstrip("/") for kwargs in planned)
         outlet_events[SCORED_INTERVAL].extra = {"outputs": outputs}
+        if PARTITIONED:
+            # [START howto_assets_add_partitions]
+            by_key = {_scored_key(uri): uri for uri in outputs}
+            outlet_events[SCORED_PARTITIONS].add_partitions(sorted(by_key))  # one event per key
+            outlet_events[SCORED_PARTITIONS].extra = {"outputs": by_key}  # each keyed event carries it
+            # [END howto_assets_add_partitions]
+        else:
+            compat.warn_missing("partitioned_assets")
         return outputs
 
-    publish_model() >> register_model >> create_deployment
+    published = publish_model()
+    planned >> [published, create_cluster]  # a skipped plan (nothing to score) skips the Azure set-up too
+    published >> register_model >> create_deployment
     create_cluster >> create_deployment >> score >> announce_interval(planned)
 
 
@@ -200,3 +252,30 @@ with DAG(
         return {"partitions": len(rows), "rows_scored": sum(rows.values()), "rows": rows}
 
     count_rows(partitions)
+
+
+if PARTITIONED:
+    from airflow.sdk import PartitionedAssetTimetable
+
+    with DAG(
+        dag_id="example_asset_partition_report",
+        # IdentityMapper (the default): one run per key, i.e. per scored (interval, partition)
+        schedule=PartitionedAssetTimetable(assets=SCORED_PARTITIONS),
+        start_date=START,
+        catchup=False,
+        tags=["azureml", "assets", "example"],
+        doc_md=__doc__,
+    ) as partition_report_dag:
+
+        @task
+        def partition_rows(dag_run: Any = None) -> dict[str, Any]:
+            """The rows scored in this run's partition: its key names the interval and the partition folder."""
+            key = dag_run.partition_key
+            start, partition = split_partition_key(key)
+            folder = f"{PREFIX}/output/{example_partitions.interval_key(start)}/{partition}"
+            predictions = example_partitions.storage(folder) / "predictions.csv"
+            rows = len(predictions.read_text().splitlines()) if predictions.exists() else 0
+            print(f"partition {key}: {rows} rows scored in {datastore_uri(example_partitions.DATASTORE, folder)}")
+            return {"partition_key": key, "output": datastore_uri(example_partitions.DATASTORE, folder), "rows": rows}
+
+        partition_rows()
