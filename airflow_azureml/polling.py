@@ -260,7 +260,7 @@ class JobWatch:
         if end is not None and self._whole_reads:
             kept = [r.preempted or 0 for r in self._whole_reads if r.at is None or r.at <= end - CLOCK_MARGIN]
             self.gauge = replace(self.gauge, whole_cluster_preempted=max(kept) if kept else None)
-        if weak:
+        if weak and self._above_baseline(max(r.preempted or 0 for r in weak)):
             self.gauge = self.gauge.near_end(max(r.preempted or 0 for r in weak))
         self._just_after_end(end)
         self._pending = []
@@ -296,7 +296,16 @@ class JobWatch:
             return
         if self._nodes_before_end is not None and (first.nodes or 0) < self._nodes_before_end:
             return
+        if not self._above_baseline(first.preempted or 0):
+            return
         self.gauge = self.gauge.near_end(first.preempted or 0)
+
+    def _above_baseline(self, preempted: int) -> bool:
+        """Near the end, nodes count as this job's loss only beyond those already preempted at the first read
+        taken while it ran: those were another job's (or an earlier loss), and a person's cancel that releases
+        this job's nodes leaves them as every node of the cluster."""
+        first = self.gauge.first_while_running
+        return first is None or preempted > first
 
     def wants_usage(self) -> bool:
         """The job's compute is known: a reading now (or once more at its end) counts its nodes."""

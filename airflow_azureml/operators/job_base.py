@@ -189,6 +189,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
         if not usage:
             return
+        if state.evidence_waited is not None and state.evidence_waited == state.current:
+            # A look during the wait for late evidence: the job had ended, and its nodes were counted when it was
+            # first seen so; a reading now (minutes later, maybe another job's nodes) would be bridged onto it.
+            return
         state.usage = cost.merge(state.usage, usage)
         self._remember(context, state)
 

@@ -68,7 +68,7 @@ def _watch(interval: float = 100.0) -> JobWatch:
     return watch
 
 
-def _read(taken: float, at: float, preempted: int, nodes: int = 2) -> GaugeReading:
+def _read(taken: float, at: float, preempted: int, nodes: int | None = 2) -> GaugeReading:
     return GaugeReading("spot", True, preempted, taken, nodes, at=at)
 
 
@@ -180,6 +180,34 @@ def test_a_cluster_that_shrank_after_a_persons_cancel_is_not_a_preemption() -> N
     assert classify(JobSnapshot(name="j", status="Canceled", instance_count=1), gauge=watch.gauge).ambiguous
 
 
+@pytest.mark.parametrize("place", ["run_times", "after_end"])
+def test_another_jobs_preempted_node_seen_while_the_job_ran_is_no_loss_near_its_end(place: str) -> None:
+    """Another job's node is preempted before ours runs, and stays so; a person cancels ours, whose node goes.
+    A read near the end then finds every node left preempted: the same one node, not ours (a .ci/run hang)."""
+    watch = _watch(interval=100)
+    ended = JobSnapshot(name="j", status="Canceled", compute="spot", started_at=990, ended_at=1003)
+    if place == "run_times":  # placed inside the run by run history's times only, no poll saw Running after it
+        watch.offer_gauge(_read(0.2, 1000.2, 1, 2), now=0.3)  # taken while it ran: 1 of 2 already preempted
+        watch.offer_gauge(_read(4.0, 1002.0, 1, 1), now=4.0)
+        watch.observe(ended, now=5)
+    else:  # the first read after the end; no node count before it (not sent), so no shrink to see
+        watch.offer_gauge(_read(0.2, 1000.2, 1, None), now=0.3)
+        watch.observe(ended, now=5)
+        watch.offer_gauge(_read(5.2, 1005.2, 1, 1), now=5.3)
+    assert watch.gauge.first_while_running == 1
+    assert watch.gauge.whole_cluster_preempted_near_end is None
+    assert classify(JobSnapshot(name="j", status="Canceled"), gauge=watch.gauge).witness == "none"
+
+
+def test_a_loss_beyond_the_nodes_already_preempted_still_counts_near_the_end() -> None:
+    """The baseline is what was preempted already: the whole cluster lost later, above it, is still evidence."""
+    watch = _watch(interval=100)
+    watch.offer_gauge(_read(0.2, 1000.2, 1, 3), now=0.3)  # 1 of 3 preempted (another job's) while ours ran
+    watch.offer_gauge(_read(4.0, 1002.0, 3, 3), now=4.0)  # then every node, placed in the run by its times only
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="spot", started_at=990, ended_at=1003), now=5)
+    assert watch.gauge.whole_cluster_preempted_near_end == 3
+
+
 def test_every_node_preempted_between_polls_asks_for_a_poll_at_once() -> None:
     watch = _watch(interval=100)
     watch.offer_gauge(_read(5, 1005, 0), now=5)
@@ -261,6 +289,25 @@ def test_a_kill_during_the_evidence_wait_records_no_cancel_of_the_ended_job() ->
     op._state = _chain()  # a job still running: recorded, then cancelled
     op.on_kill()
     assert op._state.airflow_canceled == ["j"] and hook.cancel_job.call_args == mock.call("j")
+
+
+def test_a_look_during_the_evidence_wait_bills_nothing_more() -> None:
+    """Each look of the wait reads the compute again; the ended job's nodes were counted when it was first seen
+    ended, and a reading minutes later (another job's nodes, maybe) must not be bridged onto its bill."""
+    from airflow_azureml import cost
+    from airflow_azureml.operators import AzureMLInvokeBatchEndpointOperator
+
+    op = AzureMLInvokeBatchEndpointOperator(
+        task_id="t", endpoint_name="e", deployment_name="d", inputs={"x": "azureml://datastores/d/paths/p/"}
+    )
+    point = {"computes": {}, "spans": [{"job": "j", "compute": "spot", "points": [[1000.0, [0, 4, 0, 0, 0, 0]]]}]}
+    waiting = _chain(evidence_waited="j")
+    before = waiting.usage
+    op._add_usage({}, waiting, point)
+    assert waiting.usage == before
+    running = _chain()
+    op._add_usage({}, running, point)
+    assert running.usage == cost.merge(before, point) != before
 
 
 def test_a_cancel_arm_refused_is_not_a_persons_cancel() -> None:
