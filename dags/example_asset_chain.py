@@ -10,8 +10,9 @@
    lists them: mapped tasks end one by one, and a consumer scheduled on the alias would run on the
    first partition alone.
    The scoring DAG also runs ``@daily`` (``AssetOrTimeSchedule``), so that a backfill can re-score intervals:
-   a run the ETL's event did not trigger scores the partitions the ETL announced for its own interval, and a
-   run for an interval the ETL never wrote skips every task (nothing reaches Azure).
+   a backfilled run scores the partitions the ETL announced for its own interval, and one for an interval the
+   ETL never wrote skips every task (nothing reaches Azure). The ``@daily`` runs themselves skip every task:
+   the ETL's event already triggers the scoring of each interval.
 3. ``example_asset_report`` is scheduled on ``SCORED_INTERVAL``: it summarises the interval's scored
    partitions in an Azure ML command job whose inputs are those folders, and counts the rows scored.
 4. Where Airflow lets a task key its asset events (3.3, ``compat.has_partitioned_assets``),
@@ -86,13 +87,21 @@ def _events(context: dict[str, Any], key: Any, whole_run: bool) -> list[Any]:
 
 
 def _records_to_score(context: dict[str, Any]) -> list[Any]:
-    """The ETL events a scoring run scores. A scheduled or backfilled run (the ``@daily`` part) scores its own
-    interval: the ETL's latest event for it, or nothing (the run is skipped). Any other run: ``_events``."""
+    """The ETL events a scoring run scores. A backfilled run scores its own interval: the ETL's latest event for
+    it, or nothing (skipped). A run of the ``@daily`` part is skipped: it exists so that backfills can be made,
+    and the ETL's event already triggers the scoring of each interval (scoring it twice would emit the scored
+    assets twice and run the reports again). Any other run: ``_events``."""
     run_type = getattr(context["dag_run"], "run_type", None)
-    if str(getattr(run_type, "value", run_type)) not in ("scheduled", "backfill"):
+    run_type = str(getattr(run_type, "value", run_type))
+    if run_type == "scheduled":
+        raise compat.skip_exception()("a scheduled run scores nothing: the ETL's asset event triggers scoring")
+    if run_type != "backfill":
         return _events(context, RECORDS, False)
     interval = example_partitions.interval_key(context["data_interval_start"])
-    announced = [e for e in context["inlet_events"][RECORDS][-50:] if e.extra.get("interval") == interval]
+    events = context["inlet_events"][RECORDS]
+    announced = [e for e in events[-50:] if e.extra.get("interval") == interval]
+    if not announced:  # an older interval than the ETL's last 50 runs: look at every event
+        announced = [e for e in events if e.extra.get("interval") == interval]
     if not announced:
         raise compat.skip_exception()(f"the ETL announced no records for interval {interval}: nothing to score")
     return announced[-1:]
@@ -140,7 +149,7 @@ with DAG(
 with DAG(
     dag_id="example_asset_scoring",
     # the ETL's events, and @daily so that `airflow backfill create` can re-score intervals (it backfills
-    # periodic timetables only); a day the ETL wrote nothing for is skipped whole
+    # periodic timetables only); the @daily runs and a backfilled day the ETL wrote nothing for skip every task
     schedule=compat.asset_or_time_schedule([RECORDS], "@daily"),
     start_date=START,
     catchup=False,

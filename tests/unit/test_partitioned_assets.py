@@ -116,3 +116,40 @@ def test_without_partitioned_assets_the_chain_keeps_its_interval_event_and_logs_
     assert len(Accessor.extra["outputs"]) == 2
     lines = [r.getMessage() for r in caplog.records if r.name == "airflow_azureml.compat"]
     assert len(lines) == 1 and "add_partitions" in lines[0] and "whole-interval asset event only" in lines[0]
+
+
+class _EventsOf:
+    """``inlet_events`` as a task sees it: the events of one asset (an Asset is not hashable on Airflow 3.1)."""
+
+    def __init__(self, asset: Any, events: list[Any]) -> None:
+        self.asset, self.events = asset, events
+
+    def __getitem__(self, asset: Any) -> list[Any]:
+        assert asset == self.asset
+        return self.events
+
+
+def test_which_etl_events_a_scoring_run_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfilled run scores its own interval's latest ETL event, also one older than the last 50; a day the ETL
+    never wrote, and every run of the @daily part, skip (the ETL's event already triggers the scoring)."""
+    from types import SimpleNamespace
+
+    example = chain(monkeypatch)
+    records, skip = example["RECORDS"], compat.skip_exception()
+    day = datetime(2026, 9, 1, tzinfo=timezone.utc)
+    events = [SimpleNamespace(extra={"interval": f"202609{n:02d}T0000", "n": n}) for n in range(1, 31)]
+    events += [SimpleNamespace(extra={"interval": "20261101T0000", "n": 100 + n}) for n in range(60)]
+
+    def context(run_type: str, start: datetime) -> dict[str, Any]:
+        return {
+            "dag_run": SimpleNamespace(run_type=run_type),
+            "data_interval_start": start,
+            "inlet_events": _EventsOf(records, events),
+        }
+
+    assert [e.extra["n"] for e in example["_records_to_score"](context("backfill", day))] == [1]  # older than 50
+    assert [e.extra["n"] for e in example["_records_to_score"](context("backfill", day.replace(month=11)))] == [159]
+    with pytest.raises(skip, match="no records for interval 20261231T0000"):
+        example["_records_to_score"](context("backfill", day.replace(month=12, day=31)))
+    with pytest.raises(skip, match="scheduled run scores nothing"):
+        example["_records_to_score"](context("scheduled", day))
