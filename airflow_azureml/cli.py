@@ -21,7 +21,7 @@ ARGUMENTS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--from",), {"dest": "start", "required": True, "help": "first logical date: YYYY-MM-DD or ISO 8601"}),
     (("--to",), {"dest": "end", "required": True, "help": "last logical date, inclusive: YYYY-MM-DD or ISO 8601"}),
     (("--run-type",), {"help": "only runs of this type, e.g. backfill"}),
-    (("--conn-id",), {"help": "the api-server's Airflow connection (default: the capacity-pool hook's)"}),
+    (("--conn-id",), {"help": "the api-server's Airflow connection (default: airflow_api)"}),
     (("--json",), {"action": "store_true", "help": "print the bill as JSON"}),
     (("--no-metrics",), {"action": "store_true", "help": "do not send the bill as metrics"}),
 ]

@@ -80,6 +80,10 @@ def test_airflow_azureml_bill_is_the_same_command_in_airflows_cli(
     (bill,) = group.subcommands
     assert (group.name, bill.name) == ("azureml", "bill")
     assert [a.flags for a in bill.args] == [flags for flags, _ in cli.ARGUMENTS]
+    from airflow_azureml.hooks.airflow_rest import AirflowRestHook
+
+    conn_help = dict(cli.ARGUMENTS)[("--conn-id",)]["help"]  # cli.py may not import the hook: Airflow's every call
+    assert f"default: {AirflowRestHook.default_conn_name}" in conn_help
 
     def no_call(*_: Any, **__: Any) -> None:
         raise AssertionError("the API was called")
