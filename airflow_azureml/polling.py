@@ -260,7 +260,8 @@ class JobWatch:
         if end is not None and self._whole_reads:
             kept = [r.preempted or 0 for r in self._whole_reads if r.at is None or r.at <= end - CLOCK_MARGIN]
             self.gauge = replace(self.gauge, whole_cluster_preempted=max(kept) if kept else None)
-        if weak and self._above_baseline(max(r.preempted or 0 for r in weak)):
+        weak = [r for r in weak if not self._shrank_before(r)]
+        if weak:
             self.gauge = self.gauge.near_end(max(r.preempted or 0 for r in weak))
         self._just_after_end(end)
         self._pending = []
@@ -296,16 +297,16 @@ class JobWatch:
             return
         if self._nodes_before_end is not None and (first.nodes or 0) < self._nodes_before_end:
             return
-        if not self._above_baseline(first.preempted or 0):
-            return
         self.gauge = self.gauge.near_end(first.preempted or 0)
 
-    def _above_baseline(self, preempted: int) -> bool:
-        """Near the end, nodes count as this job's loss only beyond those already preempted at the first read
-        taken while it ran: those were another job's (or an earlier loss), and a person's cancel that releases
-        this job's nodes leaves them as every node of the cluster."""
-        first = self.gauge.first_while_running
-        return first is None or preempted > first
+    def _shrank_before(self, reading: GaugeReading) -> bool:
+        """The cluster had fewer nodes at ``reading`` than at the read before it: this job's nodes may have been
+        released (a person's cancel), and the preempted ones left be another job's. Preempted nodes stay counted
+        until deallocated, so a preemption does not shrink the cluster."""
+        before = [r for r in self._recent if r.taken < reading.taken and r.nodes is not None]
+        if reading.nodes is None or not before:
+            return False
+        return reading.nodes < max(before, key=lambda r: r.taken).nodes
 
     def wants_usage(self) -> bool:
         """The job's compute is known: a reading now (or once more at its end) counts its nodes."""

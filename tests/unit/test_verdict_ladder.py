@@ -180,27 +180,21 @@ def test_a_cluster_that_shrank_after_a_persons_cancel_is_not_a_preemption() -> N
     assert classify(JobSnapshot(name="j", status="Canceled", instance_count=1), gauge=watch.gauge).ambiguous
 
 
-@pytest.mark.parametrize("place", ["run_times", "after_end"])
-def test_another_jobs_preempted_node_seen_while_the_job_ran_is_no_loss_near_its_end(place: str) -> None:
+def test_another_jobs_preempted_node_left_alone_near_the_end_is_no_loss() -> None:
     """Another job's node is preempted before ours runs, and stays so; a person cancels ours, whose node goes.
-    A read near the end then finds every node left preempted: the same one node, not ours (a .ci/run hang)."""
+    A read that only run history's times place in the run then finds every node left preempted: the same one
+    node, not ours (a .ci/run hang). The cluster shrank from the read before: ours were released."""
     watch = _watch(interval=100)
-    ended = JobSnapshot(name="j", status="Canceled", compute="spot", started_at=990, ended_at=1003)
-    if place == "run_times":  # placed inside the run by run history's times only, no poll saw Running after it
-        watch.offer_gauge(_read(0.2, 1000.2, 1, 2), now=0.3)  # taken while it ran: 1 of 2 already preempted
-        watch.offer_gauge(_read(4.0, 1002.0, 1, 1), now=4.0)
-        watch.observe(ended, now=5)
-    else:  # the first read after the end; no node count before it (not sent), so no shrink to see
-        watch.offer_gauge(_read(0.2, 1000.2, 1, None), now=0.3)
-        watch.observe(ended, now=5)
-        watch.offer_gauge(_read(5.2, 1005.2, 1, 1), now=5.3)
+    watch.offer_gauge(_read(0.2, 1000.2, 1, 2), now=0.3)  # taken while it ran: 1 of 2 already preempted
+    watch.offer_gauge(_read(4.0, 1002.0, 1, 1), now=4.0)
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="spot", started_at=990, ended_at=1003), now=5)
     assert watch.gauge.first_while_running == 1
     assert watch.gauge.whole_cluster_preempted_near_end is None
     assert classify(JobSnapshot(name="j", status="Canceled"), gauge=watch.gauge).witness == "none"
 
 
 def test_a_loss_beyond_the_nodes_already_preempted_still_counts_near_the_end() -> None:
-    """The baseline is what was preempted already: the whole cluster lost later, above it, is still evidence."""
+    """Nodes preempted already, and then the whole cluster, the cluster no smaller: still evidence near the end."""
     watch = _watch(interval=100)
     watch.offer_gauge(_read(0.2, 1000.2, 1, 3), now=0.3)  # 1 of 3 preempted (another job's) while ours ran
     watch.offer_gauge(_read(4.0, 1002.0, 3, 3), now=4.0)  # then every node, placed in the run by its times only
