@@ -53,7 +53,7 @@ test-distributed: $(STAMP)
 # whole-cluster preemptions at a fixed rate: wall time, intervals per hour, the ratio to the cluster-bound ideal,
 # Airflow's overhead per job, Azure's peak queue (docs/benchmarks.md, "Backfills"). Its 60-interval backfill is
 # the long variant of test-distributed's backfill row: it checks every row scored once, jobs = partitions +
-# resubmissions and 0 duplicates, and exits 1 if not. About an hour on 2 cores; not in `make test` or .ci/run.
+# resubmissions and 0 duplicates, and exits 1 if not. About 45 min on 2 cores; not in `make test` or .ci/run.
 # BENCH_ARGS passes options (e.g. BENCH_ARGS="--intervals 10,30 --plot docs/benchmarks_backfill.png", or --quick).
 bench-backfill: $(STAMP)
 	bash scripts/ensure_postgres.sh

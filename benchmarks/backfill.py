@@ -71,6 +71,7 @@ class Config:
     evict_every: float
     preempt_every: float
     first_date: str
+    max_active_runs: int
 
 
 @dataclass
@@ -318,7 +319,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     parser.add_argument("--evict-every", type=float, default=30.0, help="seconds between node evictions (0: none)")
     parser.add_argument("--preempt-every", type=float, default=600.0, help="seconds between cluster preemptions")
     parser.add_argument("--first-date", default="2025-01-01", help="the first interval; sizes follow one another")
+    parser.add_argument(
+        "--max-active-runs", type=int, default=0, help="the backfill's; default ceil(slots / partitions) + 1"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 intervals of 2 partitions, short jobs")
+    parser.add_argument("--keep", type=Path, help="run in this folder and keep it (the services' logs), for a failure")
     parser.add_argument("--plot", type=Path, help="write the figure here (e.g. docs/benchmarks_backfill.png)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -334,6 +339,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
         evict_every=args.evict_every,
         preempt_every=args.preempt_every,
         first_date=args.first_date,
+        max_active_runs=args.max_active_runs,
     )
     return cfg, args
 
@@ -341,7 +347,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
 def main(argv: list[str] | None = None) -> int:
     cfg, args = parse_args(argv)
     os.environ.pop("AZUREML_RELIABILITY_DIR", None)  # the rows this records are the benchmark's, not docs/'s
-    base = Path(tempfile.mkdtemp(prefix="backfill-bench-"))
+    base = args.keep or Path(tempfile.mkdtemp(prefix="backfill-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     lines: list[str] = []
     try:
@@ -350,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         with deployment(base, celery=True, extra_env={"AZUREML_CAPACITY_POOL_CONN_ID": "airflow_api"}) as e2e:
             nodes, job_nodes = size_cluster(e2e, cfg.nodes)
             slots = nodes // job_nodes
-            max_active_runs = math.ceil(slots / cfg.partitions) + 1  # docs/backfills.md
+            max_active_runs = cfg.max_active_runs or math.ceil(slots / cfg.partitions) + 1  # docs/backfills.md
             e2e.emulator.call(lambda: setattr(e2e.emulator.workspace.timing, "mini_batch", cfg.mini_batch_seconds))
             e2e.emulator.set_behaviour(preempted_node_release_seconds=20.0)  # preempt_whole_cluster's gauge reads
             print(
@@ -373,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
         print(f"total {time.monotonic() - started:.0f} s with the deployment's start and stop")
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
     if args.plot and results:
         plot(lines, args.plot)
     return 1 if any(r.failures for r in results) else 0
@@ -381,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(results: list[Result], slots: int, cfg: Config) -> list[str]:
     """The table and the verdicts, as pasted into docs/benchmarks.md (plot_tables.py reads them back)."""
+    results = sorted(results, key=lambda r: r.intervals)
     lines = [HEADER, "-" * len(HEADER), *(row(r) for r in results), ""]
     bound = slots + 1
     for r in results:

@@ -135,6 +135,7 @@ def backfill_table(blocks: list[list[str]]) -> tuple[list[list[str]], float]:
 
 def plot_backfill(blocks: list[list[str]], plt: Any) -> Any:
     table, target = backfill_table(blocks)
+    table.sort(key=lambda r: int(r[0]))
     sizes = [int(r[0]) for r in table]
     fig, (wall_ax, ratio_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
     wall_ax.plot(sizes, [float(r[5]) / 60 for r in table], "o-", label="wall")
