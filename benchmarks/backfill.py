@@ -217,7 +217,7 @@ def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int,
     done = [j for j in jobs if j.status == "Completed" and j.compute == CLUSTER and j.started and j.ended]
     ideal = sum((j.ended - j.started).total_seconds() * job_nodes for j in done) / cfg.nodes
     ended = [j for j in jobs if j.status != "Completed" and j.compute == CLUSTER and j.started and j.ended]
-    lost = sum((j.ended - j.started).total_seconds() * job_nodes for j in ended)  # preempted work, not in the ideal
+    wasted = sum((j.ended - j.started).total_seconds() * job_nodes for j in ended)  # preempted work, not in the ideal
     now = time.time()
     # queued: created, not running yet (a job that never ran is queued until its end)
     queued = [(j.created.timestamp(), (j.started or j.ended or j.created).timestamp()) for j in jobs]
@@ -275,7 +275,7 @@ def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int,
         peak_queued=peak(queued),
         peak_live=peak(live),
         on_fallback=sum(1 for j in jobs if j.compute != CLUSTER),
-        lost_node_s=lost,
+        lost_node_s=wasted,
         failures=failures,
     )
 
