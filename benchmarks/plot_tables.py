@@ -121,11 +121,54 @@ def plot_emulator_load(blocks: list[list[str]], plt: Any) -> Any:
     return fig
 
 
+def backfill_table(blocks: list[list[str]]) -> tuple[list[list[str]], float]:
+    """The rows of ``benchmarks/backfill.py``'s table (first block that has them) and its ratio target."""
+    for block in blocks:
+        table = [r for r in rows([block], re.compile(r"\d+")) if len(r) == 13]
+        if table:
+            target = next(
+                float(m.group(1)) for line in block if (m := re.search(r"ratio to the ideal .*\(>= ([\d.]+)\)", line))
+            )
+            return table, target
+    raise ValueError("no backfill table")
+
+
+def plot_backfill(blocks: list[list[str]], plt: Any) -> Any:
+    table, target = backfill_table(blocks)
+    table.sort(key=lambda r: int(r[0]))
+    sizes = [int(r[0]) for r in table]
+    fig, (wall_ax, ratio_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
+    wall_ax.plot(sizes, [float(r[5]) / 60 for r in table], "o-", label="wall")
+    wall_ax.plot(sizes, [float(r[7]) / 60 for r in table], "s--", label="cluster-bound ideal")
+    wall_ax.set(xlabel="intervals in the backfill", ylabel="minutes", ylim=(0, None))
+    ratio_ax.plot(sizes, [float(r[8]) for r in table], "o-", label="ideal / wall")
+    ratio_ax.axhline(target, color="red", linestyle=":", label=f"target {target:g}")
+    ratio_ax.set(xlabel="intervals in the backfill", ylabel="ratio to the ideal", ylim=(0, 1.05))
+    for ax in (wall_ax, ratio_ax):
+        ax.legend(fontsize=8)
+    fig.suptitle("Backfill on the Celery deployment, 4 partitions an interval")
+    return fig
+
+
+def draw_backfill(blocks: list[list[str]], path: Path) -> None:
+    """``plot_backfill`` into ``path``: what ``benchmarks/backfill.py --plot`` writes from its own printed table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plot_backfill(blocks, plt)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 PLOTS: dict[str, tuple[str, Callable[[list[list[str]], Any], Any]]] = {
     "triggerer": ("Triggerer scale", plot_triggerer),
     "resubmit_latency": ("Resubmission latency", plot_resubmit),
     "dag_parse": ("DAG parse", plot_dag_parse),
     "emulator_load": ("Emulator under load", plot_emulator_load),
+    "backfill": ("Backfills", plot_backfill),
 }
 
 
@@ -144,6 +187,9 @@ def main() -> int:
         return 1
     sections = fenced_blocks(args.doc.read_text(encoding="utf-8"))
     for name, (heading, plot) in PLOTS.items():
+        if heading not in sections:
+            print(f"no section {heading!r} in {args.doc}: benchmarks_{name}.png not drawn", file=sys.stderr)
+            continue
         fig = plot(sections[heading], plt)
         fig.tight_layout()
         path = args.out / f"benchmarks_{name}.png"
