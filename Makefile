@@ -4,12 +4,12 @@
 #               workers, a test file at a time (--dist loadfile) in collection order (--no-loadscope-reorder:
 #               xdist would otherwise start the files with the most tests first, and the e2e files last):
 #               the e2e matrix is four files, one a worker at the start, each on an Airflow deployment of
-#               its own, while the fifth starts on test_partitioned_assets.py (its own deployment, about 70-90 s
-#               alone; not yet measured inside make test), then the integration tests; then all take the rest. The
+#               its own, while the fifth starts on the integration tests; then all take the rest. The
 #               same CPU on 2 cores took 13 min 42 s on four workers and 11 min 49 s on five: the fifth
 #               fills the cores while the e2e workers wait for their deployments (docs/benchmarks.md).
 # and more for maintainers:
-#   make test-distributed  the Celery deployment's backfill and rolling-restart rows (.ci/run runs them too)
+#   make test-distributed  the Celery deployment's backfill and rolling-restart rows, and the partitioned-asset
+#               chain under the real scheduler (.ci/run runs them too)
 #   make reliability   run the e2e fault matrix and rebuild docs/reliability.{md,json} from it
 #   make bench-backfill  benchmarks/backfill.py: backfills of 10, 30 and 60 intervals on the Celery deployment
 PYTHON ?= python3
@@ -43,8 +43,10 @@ test: $(STAMP)
 	  -m "not distributed"
 
 # The distributed deployment (CeleryExecutor on Redis, two Celery workers, two triggerers): backfills under
-# evictions, each reprocess behaviour, rolling restarts. About 6 min, mostly waiting; .ci/run runs it beside the
-# Airflow 3.1/3.2 runs, so that `make test` stays within its 12 min (docs/backfills.md).
+# evictions, each reprocess behaviour, rolling restarts. And the partitioned-asset chain, which needs the scheduler
+# to create runs (tests/e2e/test_partitioned_assets.py, its own LocalExecutor deployment: 2.5 min). About 9 min,
+# mostly waiting; .ci/run runs it beside the Airflow 3.1/3.2 runs, so that `make test` stays within its 12 min
+# (docs/backfills.md, docs/assets.md).
 test-distributed: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_redis.sh
