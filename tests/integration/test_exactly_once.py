@@ -570,8 +570,11 @@ def test_deferred_backoff_is_spent_in_the_triggerer(
     # mini-batches slow enough for the trigger to sample the gauge (the evidence) before the job ends
     workspace.call(lambda: setattr(workspace.workspace.timing, "mini_batch", 0.3))
     with when_sampled(workspace, preempt_cluster):
-        # loop_after 0: this first preemption already counts as a loop, so it backs off
-        run, failures = run_case({"deferrable": True, "resubmit_backoff": 0.5, "loop_after": 0})
+        # loop_after 0: this first preemption already counts as a loop, so it backs off. evidence_wait 5 s: on a
+        # loaded machine the trigger may see the loss only near the job's end (weak evidence), and the default
+        # 900 s wait for the Activity Log, deferred too, outlived the test's timeout (a 3.1 run in .ci/run)
+        case = {"deferrable": True, "resubmit_backoff": 0.5, "loop_after": 0, "evidence_wait": 5}
+        run, failures = run_case(case)
     assert str(run.state) == "success", (task_states(run), failures)
     assert xcom_value(run, "invoke")["preemptions"] == 1
     assert slept == [], "the worker slept the back-off"
