@@ -57,7 +57,13 @@ if str(ROOT) not in sys.path:  # the e2e harness lives in tests/
 from tests.e2e import rows  # noqa: E402
 from tests.e2e.conftest import DAG_ID, E2E, deployment  # noqa: E402
 from tests.e2e.rows import CLUSTER, forget_spot_history, preempt_whole_cluster, sql, wait_until  # noqa: E402
-from tests.e2e.test_backfill_celery import active_backfills, backfill_runs, days, intervals  # noqa: E402
+from tests.e2e.test_backfill_celery import (  # noqa: E402
+    active_backfills,
+    backfill_runs,
+    days,
+    intervals,
+    resubmissions,
+)
 
 
 @dataclass
@@ -251,7 +257,7 @@ def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int,
     resubmitted = 0
     for key in keys:
         result = e2e.record(f"backfill of {count}", key, "success", "benchmark")
-        extra = resubmissions_of(e2e, key)
+        extra = resubmissions(e2e, [key])
         resubmitted += len(extra)
         rows_in, lost, duplicated = result.rows_in, result.rows_lost, result.rows_duplicated
         if result.duplicate_jobs or lost or duplicated or not rows_in:
@@ -278,19 +284,6 @@ def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int,
         lost_node_s=wasted,
         failures=failures,
     )
-
-
-def resubmissions_of(e2e: E2E, key: str) -> list[str]:
-    """Jobs created after a job of the same partition (its input folder) had ended Failed or Canceled."""
-    by_input: dict[str, list[Any]] = {}
-    for job in e2e.jobs_for(key):
-        by_input.setdefault(str(job.input_uri), []).append(job)
-    return [
-        job.name
-        for jobs in by_input.values()
-        for job in jobs
-        if any(e.status in ("Failed", "Canceled") and e.ended is not None and e.ended <= job.created for e in jobs)
-    ]
 
 
 HEADER = (
