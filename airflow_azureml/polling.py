@@ -242,7 +242,9 @@ class JobWatch:
         (ARM may show an accepted cancel late). A read with every node preempted that only the run times
         place inside the run (no poll saw the job Running after it: ``wants_poll_now`` asks for one at once)
         may come after a person's cancel request, which ``CancelRequested`` hides from the times: weak
-        evidence, as the first read after the end is (the lifecycle reads the Activity Log again first).
+        evidence, as the first read after the end is (the lifecycle reads the Activity Log again first). So is
+        one within ``CLOCK_MARGIN`` before the end: Azure may end a job a fraction of a second after such a read
+        (seen in ``benchmarks/backfill.py``), and the read after the end may find new nodes beside the lost ones.
         """
         was_running = self.running_since is not None
         start, end = snapshot.started_at, snapshot.ended_at
@@ -260,6 +262,12 @@ class JobWatch:
         if end is not None and self._whole_reads:
             kept = [r.preempted or 0 for r in self._whole_reads if r.at is None or r.at <= end - CLOCK_MARGIN]
             self.gauge = replace(self.gauge, whole_cluster_preempted=max(kept) if kept else None)
+        if end is not None:  # too close to the end to count as taken while the job ran, yet before it: near it
+            weak += [
+                r
+                for r in (*self._whole_reads, *self._pending)
+                if r.whole_cluster_preempted and r.at is not None and end - CLOCK_MARGIN < r.at <= end
+            ]
         weak = [r for r in weak if not self._shrank_before(r)]
         if weak:
             self.gauge = self.gauge.near_end(max(r.preempted or 0 for r in weak))

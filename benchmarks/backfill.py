@@ -97,6 +97,8 @@ class Result:
     peak_live: int
     on_fallback: int
     lost_node_s: float
+    running_node_s: float = 0.0  # node-seconds of every job on the cluster while Running (preempted ones too)
+    queued_node_s: float = 0.0  # node-seconds the cluster's slots held a submitted job not Running yet
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -224,6 +226,9 @@ def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int,
     ideal = sum((j.ended - j.started).total_seconds() * job_nodes for j in done) / cfg.nodes
     ended = [j for j in jobs if j.status != "Completed" and j.compute == CLUSTER and j.started and j.ended]
     wasted = sum((j.ended - j.started).total_seconds() * job_nodes for j in ended)  # preempted work, not in the ideal
+    mine = [j for j in jobs if j.compute == CLUSTER]
+    running_node_s = sum(((j.ended or j.started) - j.started).total_seconds() * job_nodes for j in mine if j.started)
+    queued_node_s = sum(((j.started or j.ended or j.created) - j.created).total_seconds() * job_nodes for j in mine)
     now = time.time()
     # queued: created, not running yet (a job that never ran is queued until its end)
     queued = [(j.created.timestamp(), (j.started or j.ended or j.created).timestamp()) for j in jobs]
@@ -282,6 +287,8 @@ def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int,
         peak_live=peak(live),
         on_fallback=sum(1 for j in jobs if j.compute != CLUSTER),
         lost_node_s=wasted,
+        running_node_s=running_node_s,
+        queued_node_s=queued_node_s,
         failures=failures,
     )
 
@@ -394,6 +401,15 @@ def report(results: list[Result], slots: int, cfg: Config) -> list[str]:
             f" {r.on_fallback} jobs on the fallback; {r.lost_node_s:.0f} node-s run by preempted jobs"
             " (not in the ideal)"
         )
+        capacity = r.wall_s * cfg.nodes
+        if capacity > 0:  # where the cluster's node-seconds went: Azure running or queueing jobs, or no job at all
+            running, queued = r.running_node_s / capacity, r.queued_node_s / capacity
+            lines.append(
+                f"  {r.intervals} intervals, the cluster's {cfg.nodes} nodes over the wall: {running:.0%} running a"
+                f" job ({r.lost_node_s / capacity:.0%} of it preempted work), {queued:.0%} holding a queued job,"
+                f" {max(0.0, 1 - running - queued):.0%} with no job (Airflow between a job's end and the next"
+                " submit, and the backfill's start and end)"
+            )
     longest = max(results, key=lambda r: r.intervals)
     verdict = "OK" if longest.ratio >= 0.8 else "MISS"
     lines.append(f"target at {longest.intervals} intervals: ratio to the ideal {longest.ratio:.2f} (>= 0.8): {verdict}")
