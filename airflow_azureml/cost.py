@@ -56,6 +56,8 @@ class UsageRecorder:
     points: list[list[Any]] = field(default_factory=list)  # [t, preparing, running, idle, leaving, preempted, unusable]
     statuses: list[list[Any]] = field(default_factory=list)  # [t, status] at each change
     end: float | None = None
+    # the job's run as run history records it (epoch seconds) and its node count, once the wait saw it end
+    run: dict[str, Any] = field(default_factory=dict)  # started_at, ended_at, instance_count
     _last: list[Any] | None = None  # the latest reading (kept as a point when the counts change after it)
 
     def status(self, at: float, job: str | None, status: str | None, compute: str | None) -> None:
@@ -84,20 +86,29 @@ class UsageRecorder:
         self._last = reading
         self._extend(at)
 
+    def ran(self, started_at: float | None, ended_at: float | None, instance_count: int | None) -> None:
+        """The ended job's run-history start and end times and its node count: each attempt's node time is at
+        least their product, whatever the reads saw (``estimate``)."""
+        known = {"started_at": started_at, "ended_at": ended_at, "instance_count": instance_count}
+        self.run.update({k: v for k, v in known.items() if v is not None})
+
     def _extend(self, at: float) -> None:
         if self.points:
             self.end = round(max(self.end or at, at), 3)
 
     def to_dict(self) -> dict[str, Any]:
-        """The wait's usage, JSON-serialisable (``merge`` and ``estimate`` read it)."""
-        if not self.points or self.compute is None:
+        """The wait's usage, JSON-serialisable (``merge`` and ``estimate`` read it). A wait that read nothing
+        still gives its job's span when run history's times are known (no points: no reads to integrate)."""
+        if self.compute is None or not (self.points or _run_of({**self.run, "compute": self.compute})):
             return empty_usage()
         points = [list(p) for p in self.points]
-        if self._last is not None and self._last[0] > points[-1][0]:
+        if self._last is not None and points and self._last[0] > points[-1][0]:
             points.append(list(self._last))
         span = {"job": self.job, "compute": self.compute, "points": points, "end": self.end}
         span["statuses"] = self.statuses
-        return {"v": USAGE_VERSION, "computes": {self.compute: dict(self.info)}, "spans": [span]}
+        span.update(self.run)  # optional fields: a usage without them integrates as before
+        computes = {self.compute: dict(self.info)} if self.info else {}  # no read: nothing known of the compute
+        return {"v": USAGE_VERSION, "computes": computes, "spans": [span]}
 
 
 def empty_usage() -> dict[str, Any]:
@@ -118,10 +129,10 @@ def merge(chain: Any, wait: Any, *, bridge: bool = True) -> dict[str, Any]:
     out["computes"].update(new["computes"])
     spans = [dict(s) for s in out["spans"]]
     for span in new["spans"]:
-        if not span.get("points"):
+        if not span.get("points") and _run_of(span) is None:
             continue
-        start = span["points"][0][0]
-        if bridge:
+        if bridge and span.get("points"):
+            start = span["points"][0][0]
             before = [s for s in spans if s.get("compute") == span.get("compute") and s.get("end") is not None]
             if before:
                 last = max(before, key=lambda s: (s["end"], s["points"][0][0]))  # the latest span
@@ -152,10 +163,15 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def integrate(
-    usage: Any, *, jobs: set[str] | None = None, exclude: set[str] | None = None
+    usage: Any,
+    *,
+    jobs: set[str] | None = None,
+    exclude: set[str] | None = None,
+    window: tuple[float, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Node-seconds by state per compute, over the union of the spans' times (``jobs``/``exclude``: which
-    spans' times count); readings of one compute from any span are readings of the same cluster.
+    spans' times count; ``window``: only within these times); readings of one compute from any span are
+    readings of the same cluster.
 
     Between two readings the counts go linearly from one to the other: a node that came or went between
     them did so, as likely as not, in the first half (the trapezoid; a hold at the earlier reading would
@@ -179,6 +195,10 @@ def integrate(
         ]
         seconds = dict.fromkeys(STATES, 0.0)
         for start, end in _union([(s["points"][0][0], s["end"]) for s in chosen]):
+            if window is not None:
+                start, end = max(start, window[0]), min(end, window[1])
+                if end <= start:
+                    continue
             index = max(0, bisect.bisect_right(times, start) - 1)
             while index < len(points):
                 t0 = points[index][0]
@@ -202,6 +222,58 @@ def integrate(
 
 
 # --------------------------------------------------------------- the estimate
+def _run_of(span: Mapping[str, Any]) -> tuple[str, float, float, int] | None:
+    """``(compute, start, end, nodes)`` of a span's job as run history recorded it, or None (not recorded:
+    a usage from before these fields, a job that never started, an unknown node count)."""
+    start, end, nodes = span.get("started_at"), span.get("ended_at"), span.get("instance_count")
+    numbers = [v for v in (start, end) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) != 2 or not isinstance(nodes, int) or isinstance(nodes, bool) or nodes <= 0:
+        return None
+    if not span.get("compute") or not end > start:
+        return None
+    return str(span["compute"]), float(start), float(end), nodes
+
+
+def _attempt_floors(
+    usage: dict[str, Any], total: dict[str, dict[str, float]], useful: dict[str, dict[str, float]], lost: set[str]
+) -> None:
+    """Each attempt's node time is at least ``instance_count x (end - start)`` by run history's times: the
+    cluster held the job's nodes while it ran, whether a read fell inside that run or not. In place.
+
+    The reads refine it (states, start-up before the start, evicted nodes waiting to go after the end): within
+    the attempt's run the cluster's node time is the larger of the reads' and the floor, never their sum, so
+    an attempt the reads covered is unchanged. What the floor adds is running time. Where no read fell inside
+    the run, the line between the reads on either side says nothing of its states, so the job's nodes count
+    as not evicted for at least the floor (the line's evicted node time there becomes running): a lost
+    attempt's lost node time is never below it. Attempts running at once on one cluster (tasks of a DAG run)
+    each compare their own floor with the same reads. docs/cost.md states the error bound."""
+    runs: dict[str, tuple[str, float, float, int]] = {}
+    for span in usage["spans"]:
+        run = _run_of(span)
+        if run is not None:  # several waits of one job: the same times (the widest, should they differ)
+            known = runs.get(span.get("job") or "")
+            if known is not None and known[0] == run[0]:
+                run = (run[0], min(run[1], known[1]), max(run[2], known[2]), max(run[3], known[3]))
+            runs[span.get("job") or ""] = run
+    for job, (compute, start, end, nodes) in sorted(runs.items()):
+        seen = integrate(usage, window=(start, end)).get(compute) or dict.fromkeys(STATES, 0.0)
+        floor = nodes * (end - start)
+        everything = sum(seen.values())
+        read_inside = any(
+            start < p[0] < end for s in usage["spans"] if s.get("compute") == compute for p in s.get("points") or []
+        )
+        if read_inside:  # the reads saw the attempt: their states stand, only node time they missed is added
+            running, moved = max(0.0, floor - everything), 0.0
+        else:
+            running = max(0.0, floor - (everything - seen["preempted"]))
+            moved = min(running, seen["preempted"])  # the line put evicted nodes there: they were the job's
+        here = total.setdefault(compute, dict.fromkeys(STATES, 0.0))
+        here["running"] += running
+        here["preempted"] -= moved
+        if job not in lost:  # the dedicated equivalent keeps a finished attempt's node time
+            useful.setdefault(compute, dict.fromkeys(STATES, 0.0))["running"] += running
+
+
 def estimate(
     usage: Any,
     prices: Mapping[str, Mapping[str, Any] | None],
@@ -212,11 +284,13 @@ def estimate(
     """The bill of a job chain (or a run): node-hours by tier, evicted node-hours, cost, the all-dedicated
     equivalent and the savings. ``prices``: per compute ``{"dedicated": USD/h, "spot": USD/h, "source"}``
     or None (unknown); ``lost_jobs``: the attempts lost to preemption (not part of the dedicated
-    equivalent). Definitions: docs/cost.md."""
+    equivalent). Node time from the reads, and per attempt at least its run time on its nodes as run history
+    recorded them (``_attempt_floors``). Definitions: docs/cost.md."""
     usage = _valid(usage)
     lost = set(lost_jobs)
     total = integrate(usage)
     useful = integrate(usage, exclude=lost)
+    _attempt_floors(usage, total, useful, lost)
     computes: dict[str, Any] = {}
     hours_by_tier = dict.fromkeys(TIERS, 0.0)
     cost: float | None = 0.0

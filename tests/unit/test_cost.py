@@ -192,3 +192,72 @@ def test_observations_for_the_spot_policy() -> None:
     assert seen["evictions"] == {"spot-c": 1}
     dedicated = usage(span("d", [[0, 0, 1, 0, 0, 0, 0]], end=10, statuses=[[0, "Running"]]), tier="dedicated")
     assert cost.spot_exposure_hours(dedicated) == 0
+
+
+def ran(one: dict, started_at: float, ended_at: float, instance_count: int) -> dict:
+    """A span with the job's run-history times and node count (recorded when the wait saw it end)."""
+    return {**one, "started_at": started_at, "ended_at": ended_at, "instance_count": instance_count}
+
+
+def test_a_lost_attempt_no_read_saw_running_still_loses_its_nodes_run_time() -> None:
+    # r0: read queued (no node) at 0, then preempted nodes at 100; run history says it ran 40..60 on 2 nodes
+    outside = ran(span("r0", [[0, 0, 0, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0]], end=100), 40, 60, 2)
+    # r1: no read at all (the job ended before any read), but its times and node count are known
+    unread = ran({"job": "r1", "compute": "spot-c", "points": [], "end": None, "statuses": []}, 110, 115, 2)
+    kept = span("r2", [[120, 0, 2, 0, 0, 0, 0], [220, 0, 2, 0, 0, 0, 0]], end=220)
+    report = cost.estimate(usage(outside, kept, unread), PRICES, lost_jobs=["r0", "r1"], preemptions=2)
+    assert report["lost_node_hours"] == pytest.approx((2 * 20 + 2 * 5) / 3600)
+    # the reads' line put 20 preempted node-seconds inside r0's run: they were its running nodes
+    seconds = report["computes"]["spot-c"]["node_seconds"]
+    assert seconds["preempted"] == pytest.approx(2 * 100 / 2 - 20)
+    assert seconds["running"] == pytest.approx(2 * 100 + 2 * 20 + 2 * 5)
+    assert report["dedicated_equivalent"]["node_hours"] == pytest.approx(2 * 100 / 3600)  # r2 only
+
+
+def test_a_wait_keeps_the_ended_jobs_run_times_even_with_no_read() -> None:
+    watch = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
+    watch.observe(JobSnapshot(name="j", status="Running", compute="spot-c", instance_count=2))
+    ended = JobSnapshot(name="j", status="Canceled", compute="spot-c", instance_count=2, started_at=40, ended_at=60)
+    assert watch.observe(ended) is None
+    data = json.loads(json.dumps(watch.usage_dict()))
+    (only,) = data["spans"]  # no read at all: the span carries the run, with nothing to integrate
+    assert only["points"] == [] and only["end"] is None and data["computes"] == {}
+    assert (only["started_at"], only["ended_at"], only["instance_count"]) == (40, 60, 2)
+    chain = cost.merge(usage(span("j0", [[0, 0, 2, 0, 0, 0, 0]], end=30)), data)
+    assert cost.merge(chain, data) == chain and len(chain["spans"]) == 2  # kept, once
+    assert cost.estimate(chain, PRICES, lost_jobs=["j"])["lost_node_hours"] == pytest.approx(2 * 20 / 3600)
+    nothing = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
+    nothing.observe(JobSnapshot(name="q", status="Canceled", compute="spot-c", instance_count=2))  # never started
+    assert nothing.usage_dict() == cost.empty_usage()
+
+
+def test_an_attempt_the_reads_covered_is_billed_from_the_reads_alone() -> None:
+    # r0 ran 0..120 on 2 nodes by run history; the reads saw them run to 100, then evicted until the cancel
+    reads = [[0, 0, 2, 0, 0, 0, 0], [100, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0], [150, 0, 0, 0, 0, 2, 0]]
+    kept = span("r1", [[150, 0, 2, 0, 0, 0, 0], [3600, 0, 2, 0, 0, 0, 0]], end=3600)
+    before = cost.estimate(usage(span("r0", reads, end=150), kept), PRICES, lost_jobs=["r0"], preemptions=1)
+    after = cost.estimate(usage(ran(span("r0", reads, end=150), 0, 120, 2), kept), PRICES, lost_jobs=["r0"])
+    for key in ("node_hours", "evicted_node_hours", "lost_node_hours", "cost", "dedicated_equivalent"):
+        assert after[key] == pytest.approx(before[key]), key  # not the floor on top: the reads' node time is more
+    assert after["lost_node_hours"] == pytest.approx(2 * 100 / 3600)  # the evicted nodes' wait stays evicted
+    # a read inside the run, with fewer nodes than the job's: only the node time missing from the floor is added
+    few = [[0, 0, 0, 0, 0, 0, 0], [50, 0, 2, 0, 0, 0, 0], [150, 0, 0, 0, 0, 0, 0]]
+    sparse = ran(span("r0", few, end=150), 0, 100, 2)
+    seconds = cost.estimate(usage(sparse), PRICES, lost_jobs=["r0"])["computes"]["spot-c"]["node_seconds"]
+    # the reads: 150 node-seconds, 125 of them within the run (0..100); the floor, 200, adds 75 there, not 200
+    assert sum(seconds.values()) == pytest.approx(150 + (200 - 125))
+
+
+def test_a_usage_from_before_the_run_times_integrates_as_before() -> None:
+    old = {
+        "v": 1,
+        "computes": {"spot-c": {"vm_size": "STANDARD_DS3_V2", "location": "eastus", "tier": "low_priority"}},
+        "spans": [{"job": "r0", "compute": "spot-c", "points": [[0, 0, 2, 0, 0, 0, 0]], "end": 100, "statuses": []}],
+    }
+    report = cost.estimate(old, PRICES, lost_jobs=["r0"])
+    assert report["lost_node_hours"] == pytest.approx(2 * 100 / 3600)
+    assert report["node_hours_total"] == pytest.approx(2 * 100 / 3600)
+    newer = usage(ran(span("r1", [[100, 0, 2, 0, 0, 0, 0]], end=200), 100, 200, 2))
+    both = cost.merge(old, newer)
+    assert both["v"] == cost.USAGE_VERSION == 1
+    assert cost.estimate(both, PRICES, lost_jobs=["r0"])["node_hours_total"] == pytest.approx(2 * 200 / 3600)
