@@ -224,21 +224,22 @@ def integrate(
 # --------------------------------------------------------------- the estimate
 def _run_of(span: Mapping[str, Any]) -> tuple[str, float, float, int] | None:
     """``(compute, start, end, nodes)`` of a span's job as run history recorded it, or None (not recorded:
-    a usage from before these fields, a job that never started, an unknown node count)."""
+    a usage from before these fields, a job that never started). ``nodes``: the job's ``instance_count``, or
+    1 when the job resource does not say (a batch job's GET has none): a job that ran held at least one node."""
     start, end, nodes = span.get("started_at"), span.get("ended_at"), span.get("instance_count")
     numbers = [v for v in (start, end) if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if len(numbers) != 2 or not isinstance(nodes, int) or isinstance(nodes, bool) or nodes <= 0:
+    if len(numbers) != 2 or not span.get("compute") or not end > start:
         return None
-    if not span.get("compute") or not end > start:
-        return None
-    return str(span["compute"]), float(start), float(end), nodes
+    known = isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0
+    return str(span["compute"]), float(start), float(end), nodes if known else 1
 
 
 def _attempt_floors(
     usage: dict[str, Any], total: dict[str, dict[str, float]], useful: dict[str, dict[str, float]], lost: set[str]
 ) -> None:
-    """Each attempt's node time is at least ``instance_count x (end - start)`` by run history's times: the
-    cluster held the job's nodes while it ran, whether a read fell inside that run or not. In place.
+    """Each attempt's node time is at least ``instance_count x (end - start)`` by run history's times (one
+    node when the count is unknown): the cluster held the job's nodes while it ran, whether a read fell
+    inside that run or not. In place.
 
     The reads refine it (states, start-up before the start, evicted nodes waiting to go after the end): within
     the attempt's run the cluster's node time is the larger of the reads' and the floor, never their sum, so

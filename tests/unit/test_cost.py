@@ -226,6 +226,9 @@ def test_a_wait_keeps_the_ended_jobs_run_times_even_with_no_read() -> None:
     chain = cost.merge(usage(span("j0", [[0, 0, 2, 0, 0, 0, 0]], end=30)), data)
     assert cost.merge(chain, data) == chain and len(chain["spans"]) == 2  # kept, once
     assert cost.estimate(chain, PRICES, lost_jobs=["j"])["lost_node_hours"] == pytest.approx(2 * 20 / 3600)
+    # a batch job's GET gives no node count: the floor is then one node (a job that ran held at least one)
+    unsized = {"job": "b", "compute": "spot-c", "points": [], "end": None, "started_at": 40, "ended_at": 60}
+    assert cost.estimate(usage(unsized), PRICES, lost_jobs=["b"])["lost_node_hours"] == pytest.approx(20 / 3600)
     nothing = JobWatch(PollingPolicy(interval=1, max_interval=10, jitter=0))
     nothing.observe(JobSnapshot(name="q", status="Canceled", compute="spot-c", instance_count=2))  # never started
     assert nothing.usage_dict() == cost.empty_usage()
