@@ -199,26 +199,33 @@ def integrate(
                 start, end = max(start, window[0]), min(end, window[1])
                 if end <= start:
                     continue
-            index = max(0, bisect.bisect_right(times, start) - 1)
-            while index < len(points):
-                t0 = points[index][0]
-                t1 = points[index + 1][0] if index + 1 < len(points) else math.inf
-                a, b = max(start, t0), min(end, t1)
-                if b > a:
-                    here = points[index][1:]
-                    there = points[index + 1][1:] if t1 < math.inf and t1 > t0 else here
-                    for i, state in enumerate(STATES):
-                        if t1 == math.inf or there is here:
-                            seconds[state] += here[i] * (b - a)
-                        else:  # linear from t0 to t1: the mean of the values at a and b, times (b - a)
-                            va = here[i] + (there[i] - here[i]) * (a - t0) / (t1 - t0)
-                            vb = here[i] + (there[i] - here[i]) * (b - t0) / (t1 - t0)
-                            seconds[state] += (va + vb) / 2 * (b - a)
-                if t1 >= end:
-                    break
-                index += 1
+            _add_seconds(points, times, start, end, seconds)
         out[compute] = seconds
     return out
+
+
+def _add_seconds(
+    points: list[list[Any]], times: list[float], start: float, end: float, seconds: dict[str, float]
+) -> None:
+    """Add the node-seconds by state of ``[start, end]`` from sorted ``points`` (``integrate``'s rule)."""
+    index = max(0, bisect.bisect_right(times, start) - 1)
+    while index < len(points):
+        t0 = points[index][0]
+        t1 = points[index + 1][0] if index + 1 < len(points) else math.inf
+        a, b = max(start, t0), min(end, t1)
+        if b > a:
+            here = points[index][1:]
+            there = points[index + 1][1:] if t1 < math.inf and t1 > t0 else here
+            for i, state in enumerate(STATES):
+                if t1 == math.inf or there is here:
+                    seconds[state] += here[i] * (b - a)
+                else:  # linear from t0 to t1: the mean of the values at a and b, times (b - a)
+                    va = here[i] + (there[i] - here[i]) * (a - t0) / (t1 - t0)
+                    vb = here[i] + (there[i] - here[i]) * (b - t0) / (t1 - t0)
+                    seconds[state] += (va + vb) / 2 * (b - a)
+        if t1 >= end:
+            break
+        index += 1
 
 
 # --------------------------------------------------------------- the estimate
@@ -234,45 +241,75 @@ def _run_of(span: Mapping[str, Any]) -> tuple[str, float, float, int] | None:
     return str(span["compute"]), float(start), float(end), nodes if known else 1
 
 
+def _window_seconds(
+    points: list[list[Any]],
+    times: list[float],
+    intervals: list[tuple[float, float]],
+    ends: list[float],
+    a: float,
+    b: float,
+) -> dict[str, float]:
+    """Node-seconds by state within ``[a, b]`` of the merged, sorted ``intervals`` (``ends``: their ends), from
+    sorted ``points`` (``integrate``'s rule between readings)."""
+    seconds = dict.fromkeys(STATES, 0.0)
+    for start, end in intervals[bisect.bisect_right(ends, a) :]:
+        if start >= b:
+            break
+        _add_seconds(points, times, max(start, a), min(end, b), seconds)
+    return seconds
+
+
 def _attempt_floors(
     usage: dict[str, Any], total: dict[str, dict[str, float]], useful: dict[str, dict[str, float]], lost: set[str]
 ) -> None:
-    """Each attempt's node time is at least ``instance_count x (end - start)`` by run history's times (one
-    node when the count is unknown): the cluster held the job's nodes while it ran, whether a read fell
-    inside that run or not. In place.
+    """Node time is at least, at each moment, the nodes of the attempts running then by run history's times
+    (``instance_count`` each, one when unknown): the cluster held their nodes whether a read fell inside their
+    run or not. In place; only for computes the reads priced (AmlCompute; a Kubernetes compute is not billed).
 
-    The reads refine it (states, start-up before the start, evicted nodes waiting to go after the end): within
-    the attempt's run the cluster's node time is the larger of the reads' and the floor, never their sum, so
-    an attempt the reads covered is unchanged. What the floor adds is running time. Where no read fell inside
-    the run, the line between the reads on either side says nothing of its states, so the job's nodes count
-    as not evicted for at least the floor (the line's evicted node time there becomes running): a lost
-    attempt's lost node time is never below it. Attempts running at once on one cluster (tasks of a DAG run)
-    each compare their own floor with the same reads. docs/cost.md states the error bound."""
-    runs: dict[str, tuple[str, float, float, int]] = {}
+    Swept per compute over the stretches between the attempts' start and end times, each stretch once (so
+    attempts running at once never move the same node time twice). Within a stretch the reads refine it:
+    the cluster's node time is the larger of the reads' and the floor, never their sum. Where a read fell
+    inside the stretch its states stand and only node time the reads missed is added as running; where none
+    did, the line between the reads on either side says nothing of its states, so up to the floor its
+    evicted node time counts as the attempts' running nodes. The added time goes to the dedicated equivalent
+    in the share of the attempts that were not lost. docs/cost.md states the error bound."""
+    runs: dict[tuple[str, str], tuple[float, float, int]] = {}
     for span in usage["spans"]:
         run = _run_of(span)
-        if run is not None:  # several waits of one job: the same times (the widest, should they differ)
-            known = runs.get(span.get("job") or "")
-            if known is not None and known[0] == run[0]:
-                run = (run[0], min(run[1], known[1]), max(run[2], known[2]), max(run[3], known[3]))
-            runs[span.get("job") or ""] = run
-    for job, (compute, start, end, nodes) in sorted(runs.items()):
-        seen = integrate(usage, window=(start, end)).get(compute) or dict.fromkeys(STATES, 0.0)
-        floor = nodes * (end - start)
-        everything = sum(seen.values())
-        read_inside = any(
-            start < p[0] < end for s in usage["spans"] if s.get("compute") == compute for p in s.get("points") or []
-        )
-        if read_inside:  # the reads saw the attempt: their states stand, only node time they missed is added
-            running, moved = max(0.0, floor - everything), 0.0
-        else:
-            running = max(0.0, floor - (everything - seen["preempted"]))
-            moved = min(running, seen["preempted"])  # the line put evicted nodes there: they were the job's
+        if run is None or not (usage["computes"].get(run[0]) or {}).get("tier"):
+            continue
+        key = (run[0], str(span.get("job") or ""))
+        known = runs.get(key)  # several waits of one job: the same times (the widest, should they differ)
+        runs[key] = run[1:] if known is None else (min(run[1], known[0]), max(run[2], known[1]), max(run[3], known[2]))
+    by_compute: dict[str, list[tuple[str, float, float, int]]] = {}
+    for (compute, job), (start, end, nodes) in runs.items():
+        by_compute.setdefault(compute, []).append((job, start, end, nodes))
+    for compute, attempts in sorted(by_compute.items()):
+        spans = [s for s in usage["spans"] if s.get("compute") == compute and s.get("points") and s.get("end")]
+        points = sorted((p for s in spans for p in s["points"]), key=lambda p: p[0])
+        times = [p[0] for p in points]
+        intervals = _union([(s["points"][0][0], s["end"]) for s in spans])
+        ends = [end for _, end in intervals]
+        edges = sorted({t for _, start, end, _ in attempts for t in (start, end)})
         here = total.setdefault(compute, dict.fromkeys(STATES, 0.0))
-        here["running"] += running
-        here["preempted"] -= moved
-        if job not in lost:  # the dedicated equivalent keeps a finished attempt's node time
-            useful.setdefault(compute, dict.fromkeys(STATES, 0.0))["running"] += running
+        kept = useful.setdefault(compute, dict.fromkeys(STATES, 0.0))
+        for a, b in itertools.pairwise(edges):
+            active = [(job, nodes) for job, start, end, nodes in attempts if start <= a and b <= end]
+            if not active:
+                continue
+            floor = sum(nodes for _, nodes in active) * (b - a)
+            seen = _window_seconds(points, times, intervals, ends, a, b) if points else dict.fromkeys(STATES, 0.0)
+            everything = sum(seen.values())
+            inside = bisect.bisect_right(times, a) < bisect.bisect_left(times, b)  # a read strictly inside
+            if inside:
+                running, moved = max(0.0, floor - everything), 0.0
+            else:
+                running = max(0.0, floor - (everything - seen["preempted"]))
+                moved = min(running, seen["preempted"])
+            here["running"] += running
+            here["preempted"] = max(0.0, here["preempted"] - moved)
+            share = sum(n for job, n in active if job not in lost) / sum(n for _, n in active)
+            kept["running"] += running * share
 
 
 def estimate(

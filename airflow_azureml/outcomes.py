@@ -203,8 +203,8 @@ class GaugeEvidence:
     # The most nodes preempted at a read, taken while the job ran, at which every node of the cluster was.
     whole_cluster_preempted: int | None = None
     # Every node of the cluster preempted (this many) at a read near the job's end: the first after run
-    # history's end time (within one evidence interval, no fewer nodes than before), or one that only the
-    # run times place in the run once a poll saw the job CancelRequested (``polling.JobWatch``). Weak.
+    # history's end time (within one evidence interval, no fewer nodes than before), one within a second
+    # before that end time, or one that only the run times place in the run (``polling.JobWatch``). Weak.
     whole_cluster_preempted_near_end: int | None = None
 
     def observe(self, compute: str, low_priority: bool, preempted: int, nodes: int | None = None) -> GaugeEvidence:
@@ -422,7 +422,8 @@ def classify(
         else:
             when = (
                 f"preemptedNodeCount {gauge.whole_cluster_preempted_near_end} = every node of the cluster "
-                "at a read near its end: the first after it, or one after a poll saw the cancel requested"
+                "at a read near its end: the first after it, one within a second before it, or one that only "
+                "run history's times place in the run"
             )
         return Classification(
             Outcome.PREEMPTED,

@@ -264,11 +264,12 @@ class JobWatch:
         if end is not None and self._whole_reads:
             kept = [r.preempted or 0 for r in self._whole_reads if r.at is None or r.at <= end - CLOCK_MARGIN]
             self.gauge = replace(self.gauge, whole_cluster_preempted=max(kept) if kept else None)
-        if end is not None:  # too close to the end to count as taken while the job ran, yet before it: near it
+        if end is not None and start is not None:  # too close to the end to count as taken while it ran, yet
+            # before it, and after its start (a person's cancel of a job still queued is never a loss of its nodes)
             weak += [
                 r
                 for r in (*self._whole_reads, *self._pending)
-                if r.whole_cluster_preempted and r.at is not None and end - CLOCK_MARGIN < r.at <= end
+                if r.whole_cluster_preempted and r.at is not None and max(start, end - CLOCK_MARGIN) < r.at <= end
             ]
         weak = [r for r in weak if not self._shrank_before(r)]
         if weak:

@@ -97,8 +97,8 @@ class Result:
     peak_live: int
     on_fallback: int
     lost_node_s: float
-    running_node_s: float = 0.0  # node-seconds of every job on the cluster while Running (preempted ones too)
-    queued_node_s: float = 0.0  # node-seconds the cluster's slots held a submitted job not Running yet
+    running_node_s: float = 0.0  # the cluster's node-seconds within the wall that Running jobs held (preempted too)
+    queued_node_s: float = 0.0  # its node-seconds within the wall left free while a submitted job was queued
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -199,6 +199,37 @@ def peak(spans: list[tuple[float, float]]) -> int:
     return top
 
 
+def cluster_use(jobs: list[Any], job_nodes: int, nodes: int, start: float, end: float) -> tuple[float, float]:
+    """Node-seconds of the cluster within ``[start, end]`` that held Running jobs, and that a queued job could
+    have used: swept over time, at most ``nodes`` at once, queued ones only in the room the running left."""
+    events: list[tuple[float, int, int]] = []  # (time, change of running jobs, change of queued jobs)
+    for j in jobs:
+        created = j.created.timestamp()
+        started = j.started.timestamp() if j.started else None
+        ended = j.ended.timestamp() if j.ended else end
+        events += [(created, 0, 1), ((started if started is not None else ended), 0, -1)]
+        if started is not None:
+            events += [(started, 1, 0), (ended, -1, 0)]
+    events.sort()
+    running = queued = 0
+    used = waiting = 0.0
+    last = start
+    for t, d_run, d_queue in events:
+        a, b = max(last, start), min(t, end)
+        if b > a:
+            busy = min(nodes, running * job_nodes)
+            used += busy * (b - a)
+            waiting += min(nodes - busy, queued * job_nodes) * (b - a)
+        last = max(last, t)
+        running += d_run
+        queued += d_queue
+    if end > last:
+        busy = min(nodes, running * job_nodes)
+        used += busy * (end - max(last, start))
+        waiting += min(nodes - busy, queued * job_nodes) * (end - max(last, start))
+    return used, waiting
+
+
 def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int, job_nodes: int) -> Result:
     """One backfill of ``count`` intervals from ``first`` under faults, its figures and its checks."""
     dates = days(first, count)
@@ -227,8 +258,8 @@ def measure(e2e: E2E, cfg: Config, count: int, first: str, max_active_runs: int,
     ended = [j for j in jobs if j.status != "Completed" and j.compute == CLUSTER and j.started and j.ended]
     wasted = sum((j.ended - j.started).total_seconds() * job_nodes for j in ended)  # preempted work, not in the ideal
     mine = [j for j in jobs if j.compute == CLUSTER]
-    running_node_s = sum(((j.ended or j.started) - j.started).total_seconds() * job_nodes for j in mine if j.started)
-    queued_node_s = sum(((j.started or j.ended or j.created) - j.created).total_seconds() * job_nodes for j in mine)
+    began = when(backfill["created_at"])
+    running_node_s, queued_node_s = cluster_use(mine, job_nodes, cfg.nodes, began, began + wall)
     now = time.time()
     # queued: created, not running yet (a job that never ran is queued until its end)
     queued = [(j.created.timestamp(), (j.started or j.ended or j.created).timestamp()) for j in jobs]
@@ -405,10 +436,10 @@ def report(results: list[Result], slots: int, cfg: Config) -> list[str]:
         if capacity > 0:  # where the cluster's node-seconds went: Azure running or queueing jobs, or no job at all
             running, queued = r.running_node_s / capacity, r.queued_node_s / capacity
             lines.append(
-                f"  {r.intervals} intervals, the cluster's {cfg.nodes} nodes over the wall: {running:.0%} running a"
-                f" job ({r.lost_node_s / capacity:.0%} of it preempted work), {queued:.0%} holding a queued job,"
-                f" {max(0.0, 1 - running - queued):.0%} with no job (Airflow between a job's end and the next"
-                " submit, and the backfill's start and end)"
+                f"  cluster use at {r.intervals} intervals, its {cfg.nodes} nodes over the wall: {running:.0%} held by"
+                f" Running jobs ({r.lost_node_s / capacity:.0%} by jobs that did not complete), {queued:.0%} free while"
+                f" a job was queued, {max(0.0, 1 - running - queued):.0%} free with no job queued (Airflow between a"
+                " job's end and the next submit, and the backfill's start and end)"
             )
     longest = max(results, key=lambda r: r.intervals)
     verdict = "OK" if longest.ratio >= 0.8 else "MISS"

@@ -264,3 +264,24 @@ def test_a_usage_from_before_the_run_times_integrates_as_before() -> None:
     both = cost.merge(old, newer)
     assert both["v"] == cost.USAGE_VERSION == 1
     assert cost.estimate(both, PRICES, lost_jobs=["r0"])["node_hours_total"] == pytest.approx(2 * 200 / 3600)
+
+
+def test_attempts_running_at_once_are_floored_once_and_never_below_zero_evicted() -> None:
+    """Two lost attempts of 2 nodes ran 40..60 at once; the reads at 40 and 60 show 2 preempted nodes. Each
+    stretch is floored once: 4 nodes x 20 s, the reads' 2 preempted nodes among them, none evicted below 0."""
+    reads = [[40, 0, 0, 0, 0, 2, 0], [60, 0, 0, 0, 0, 2, 0]]
+    a = ran(span("a", reads, end=60), 40, 60, 2)
+    b = ran(span("b", reads, end=60), 40, 60, 2)
+    report = cost.estimate(usage(a, b), PRICES, lost_jobs=["a", "b"], preemptions=2)
+    seconds = report["computes"]["spot-c"]["node_seconds"]
+    assert min(seconds.values()) >= 0 and report["evicted_node_hours"] >= 0
+    assert sum(seconds.values()) == pytest.approx(4 * 20)
+    assert report["lost_node_hours"] == pytest.approx(4 * 20 / 3600)
+
+
+def test_a_compute_without_node_counts_gets_no_floor() -> None:
+    """A Kubernetes compute sends no nodeStateCounts: no reads, no tier, and it is not billed (billing.md)."""
+    failed = {"job": "k", "compute": "aks-c", "points": [], "end": None, "statuses": []}
+    chain = {"v": 1, "computes": {}, "spans": [ran(failed, 0, 3600, 2)]}
+    report = cost.estimate(chain, {}, lost_jobs=[])
+    assert report["node_hours_total"] == 0 and report["cost"] == 0 and report["cost_unknown"] is None

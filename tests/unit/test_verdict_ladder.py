@@ -222,6 +222,18 @@ def test_every_node_preempted_within_a_second_of_the_end_is_evidence_near_the_en
     )
 
 
+def test_a_persons_cancel_of_a_job_that_never_started_is_not_a_loss_within_a_second_of_its_end() -> None:
+    """A person cancels a queued job while other jobs' nodes fill the cluster, all preempted: a read within a
+    second before its end is no evidence (it held no nodes), and the read after the end shows none left."""
+    watch = JobWatch(PollingPolicy(interval=100, max_interval=100, jitter=0, evidence_interval=10))
+    watch.observe(JobSnapshot(name="j", status="Queued", compute="spot"), now=0)
+    watch.offer_gauge(_read(5.0, 1005.0, 2, 2), now=5.0)
+    watch.offer_gauge(_read(15.0, 1015.0, 2, 2), now=15.0)
+    watch.observe(JobSnapshot(name="j", status="Canceled", compute="spot", started_at=None, ended_at=1015.5), now=16)
+    watch.offer_gauge(_read(17.0, 1017.0, 0, 0), now=17.0)
+    assert watch.gauge.whole_cluster_preempted_near_end is None
+
+
 def test_every_node_preempted_between_polls_asks_for_a_poll_at_once() -> None:
     watch = _watch(interval=100)
     watch.offer_gauge(_read(5, 1005, 0), now=5)
