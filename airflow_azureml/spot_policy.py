@@ -11,6 +11,9 @@ The rules, in the order they are tried (docs/spot_policy.md gives the reasons):
 - ``no_fallback``: nothing to fall back to, so spot it is (only ``max_resubmits`` ends the chain).
 - ``on_fallback``: a unit of work that has moved to the fallback stays there (no ping-pong).
 - ``fallback_after``: the user's hard limit of preemptions for this unit of work.
+- ``deadline``: with a deadline, the fallback when the slack no longer covers a plausible preemption
+  plus a restart, or when nothing meets the deadline any more (``airflow_azureml.deadline``: the
+  fallback then finishes soonest). Otherwise the rules below decide, as they would without one.
 - ``max_queue_time``: no spot capacity for too long (``on_queue_timeout``).
 - ``prices_unknown`` / ``work_unknown``: without both prices, or without any idea of the work,
   the expected cost is not computed and only the hard rules can switch.
@@ -30,6 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_azureml import deadline as deadlines
 from airflow_azureml.spot_history import DEFAULT_HALF_LIFE_HOURS as DEFAULT_HALF_LIFE_HOURS  # re-exported
 from airflow_azureml.spot_history import HISTORY_VERSION as HISTORY_VERSION  # re-exported
 from airflow_azureml.spot_history import MAX_ENDED as MAX_ENDED  # re-exported
@@ -40,6 +44,7 @@ RULE_NO_FALLBACK = "no_fallback"
 RULE_ON_FALLBACK = "on_fallback"
 RULE_FALLBACK_AFTER = "fallback_after"
 RULE_MAX_QUEUE_TIME = "max_queue_time"
+RULE_DEADLINE = "deadline"
 RULE_PRICES_UNKNOWN = "prices_unknown"
 RULE_WORK_UNKNOWN = "work_unknown"
 RULE_EXPECTED_COST = "expected_cost"
@@ -47,6 +52,7 @@ RULES = (
     RULE_NO_FALLBACK,
     RULE_ON_FALLBACK,
     RULE_FALLBACK_AFTER,
+    RULE_DEADLINE,
     RULE_MAX_QUEUE_TIME,
     RULE_PRICES_UNKNOWN,
     RULE_WORK_UNKNOWN,
@@ -66,6 +72,9 @@ class PolicyInputs:
     ``preemptions``: whole-cluster preemptions of this unit of work in this run of the task.
     ``unit_exposure_hours``: the longest time one of this unit's preempted jobs held its nodes.
     ``now``: epoch seconds, to decay the history to the time of the decision.
+    ``deadline``: epoch seconds by which the unit of work must be done (None: no deadline, today's
+    rules); needs ``now``. ``restart_hours``: from a preemption to the next job's submission (Azure
+    ending the job, a poll seeing it), part of what a preemption costs against a deadline.
     """
 
     spot_price: float | None
@@ -83,6 +92,8 @@ class PolicyInputs:
     lost_hours: float = 0.5 / 60  # work one single-node eviction loses: half a mini-batch on average (no checkpoint)
     now: float | None = None
     prior: Prior = field(default_factory=Prior)
+    deadline: float | None = None
+    restart_hours: float = 2 / 60
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
@@ -98,7 +109,13 @@ class PolicyInputs:
             startup_hours=self.startup_hours,
             release_hours=self.release_hours,
             lost_hours=self.lost_hours,
+            restart_hours=self.restart_hours,
         )
+        if self.deadline is not None:
+            if not finite(self.deadline):
+                raise ValueError(f"deadline must be finite epoch seconds or None, got {self.deadline!r}")
+            if self.now is None:
+                raise ValueError("a deadline needs now (epoch seconds) to plan against")
 
 
 @dataclass(frozen=True)
@@ -173,15 +190,9 @@ def decide(inputs: PolicyInputs) -> Decision:
 
     Update the cluster's ``SpotHistory`` with the preemption first, then decide on the updated one.
     """
-    history = inputs.history.decayed(inputs.now)
+    history, mean, mu = _rates(inputs)
     prior = inputs.prior
-    mean = history.preemption_rate(prior, inputs.now)
     first = inputs.preemptions == 0
-    # Before a unit's first job, thin evidence must not keep it off spot for good (a unit on the
-    # fallback adds no spot evidence): the rate is then a quantile of the posterior (its median by
-    # default, below the mean while evidence is thin; the two meet as it grows). After a preemption,
-    # the mean.
-    mu = history.preemption_rate_quantile(prior, prior.first_quantile, inputs.now) if first else mean
     lam = history.eviction_rate(prior)
     work, work_source = _work_hours(inputs, history)
     shown: dict[str, Any] = {
@@ -215,6 +226,11 @@ def decide(inputs: PolicyInputs) -> Decision:
     if inputs.fallback_after is not None and inputs.preemptions >= inputs.fallback_after:
         reason = f"{inputs.preemptions} preemption(s) reached fallback_after={inputs.fallback_after}"
         return Decision(True, RULE_FALLBACK_AFTER, reason, inputs=shown)
+    if inputs.deadline is not None:
+        planned = _plan(inputs, work, mu)
+        shown.update(planned.log_inputs())
+        if planned.verdict in (deadlines.VERDICT_FALLBACK, deadlines.VERDICT_INFEASIBLE):
+            return Decision(True, RULE_DEADLINE, planned.reason, inputs=shown)
     if inputs.spot_price is None or inputs.dedicated_price is None:
         missing = [n for n in ("spot_price", "dedicated_price") if getattr(inputs, n) is None]
         reason = f"{' and '.join(missing)} unknown: only the hard rules (fallback_after, max_queue_time) switch"
@@ -242,6 +258,18 @@ def decide(inputs: PolicyInputs) -> Decision:
     return Decision(False, RULE_EXPECTED_COST, reason, spot, fallback, shown)
 
 
+def deadline_plan(inputs: PolicyInputs) -> deadlines.DeadlinePlan | None:
+    """The deadline's verdict on these inputs, as ``decide`` weighs it (None without a deadline).
+
+    The operator asks it before a unit's first job: an infeasible deadline fails the task before any submit.
+    """
+    if inputs.deadline is None:
+        return None
+    history, _, mu = _rates(inputs)
+    work, _ = _work_hours(inputs, history)
+    return _plan(inputs, work, mu)
+
+
 def on_queue_timeout(
     *, has_fallback: bool, waited_seconds: float, max_queue_time: float, on_fallback: bool = False
 ) -> Decision:
@@ -263,6 +291,34 @@ def on_queue_timeout(
 
 
 # ------------------------------------------------------------------ helpers
+def _rates(inputs: PolicyInputs) -> tuple[SpotHistory, float, float]:
+    """The history decayed to ``now``, the posterior mean preemption rate, and the rate a decision uses.
+
+    Before a unit's first job, thin evidence must not keep it off spot for good (a unit on the fallback
+    adds no spot evidence): the rate is then a quantile of the posterior (its median by default, below
+    the mean while evidence is thin; the two meet as it grows). After a preemption, the mean.
+    """
+    history = inputs.history.decayed(inputs.now)
+    prior = inputs.prior
+    mean = history.preemption_rate(prior, inputs.now)
+    first = inputs.preemptions == 0
+    mu = history.preemption_rate_quantile(prior, prior.first_quantile, inputs.now) if first else mean
+    return history, mean, mu
+
+
+def _plan(inputs: PolicyInputs, work: float | None, rate: float) -> deadlines.DeadlinePlan:
+    """The deadline planner on the policy's own work estimate and rate (``now`` is set: ``PolicyInputs`` checks)."""
+    assert inputs.deadline is not None and inputs.now is not None
+    return deadlines.plan(
+        now=inputs.now,
+        deadline=inputs.deadline,
+        work_hours=work,
+        startup_hours=inputs.startup_hours,
+        restart_hours=inputs.restart_hours,
+        preemption_rate=rate,
+    )
+
+
 def _work_hours(inputs: PolicyInputs, history: SpotHistory) -> tuple[float | None, str]:
     if inputs.work_hours_estimate is not None:
         return inputs.work_hours_estimate, "given"

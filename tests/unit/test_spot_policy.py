@@ -126,7 +126,7 @@ def test_queue_timeout_switches_to_the_fallback_and_fails_only_without_one() -> 
 
 
 def test_every_rule_has_a_name_in_the_uniform_log() -> None:
-    assert len(set(RULES)) == len(RULES) == 7
+    assert len(set(RULES)) == len(RULES) == 8  # the deadline rule: tests/unit/test_spot_policy_deadline.py
     decision = decide(inputs(spot_price=0.95, history=preempted(5, 0.2)))
     line = decision.log_line()
     assert line.startswith("Spot policy: fallback (rule expected_cost: ")
