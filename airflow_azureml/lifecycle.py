@@ -24,6 +24,7 @@ from airflow_azureml.lifecycle_actions import (
     AskSpotPolicy,
     BackOff,
     Cancel,
+    CheckDeadline,
     CheckDuplicate,
     CheckFallback,
     Decision,
@@ -288,12 +289,14 @@ def loop_backoff(state: ResubmissionState, limits: Limits) -> float:
 
 
 def before_submit(state: ResubmissionState, limits: Limits, *, decided: bool) -> tuple[Action, ...]:
-    """What comes before a submit: the fallback checked before a unit's first job, and, unless the
-    caller has just asked (after a preemption), the spot policy: before the first job, and after a
-    failure, a cancel or a clear."""
+    """What comes before a submit: the deadline and the fallback checked before a unit's first job, and,
+    unless the caller has just asked (after a preemption), the spot policy: before the first job, and
+    after a failure, a cancel or a clear."""
+    first = not state.job_names
+    deadline: list[Action] = [CheckDeadline()] if first and limits.deadline is not None else []
     if limits.fallback is None:
-        return ()
-    actions: list[Action] = [CheckFallback()] if not state.job_names else []
+        return tuple(deadline)
+    actions: list[Action] = [*deadline, CheckFallback()] if first else []
     if not decided and not state.fallback_rule:
         actions.append(AskSpotPolicy())
     return tuple(actions)

@@ -29,6 +29,8 @@ class Limits:
     # With "resubmit": how long to wait for late evidence (a person's cancel shows in the Activity Log
     # minutes late) before resubmitting; spent in the triggerer when deferrable.
     evidence_wait: float = 900.0
+    # The unit's deadline, resolved (epoch seconds); None: none. Checked before the unit's first job.
+    deadline: float | None = None
 
 
 # ------------------------------------------------------------------ actions
@@ -70,6 +72,11 @@ class Record:
 @dataclass(frozen=True)
 class CheckFallback:
     """Before a unit's first job: the fallback exists and runs on dedicated compute."""
+
+
+@dataclass(frozen=True)
+class CheckDeadline:
+    """Before a unit's first job: a deadline that not even the fallback can meet fails the task now."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,7 @@ Action = (
     | Cancel
     | Record
     | CheckFallback
+    | CheckDeadline
     | AskSpotPolicy
     | Resubmit
     | CheckDuplicate

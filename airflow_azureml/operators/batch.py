@@ -323,6 +323,7 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         "job_identity",
         "experiment_name",
         "max_queue_time",
+        "deadline",
     )
     template_fields_renderers = {"inputs": "json", "outputs": "json"}
 

@@ -101,6 +101,8 @@ class ActionRunner:
                     op._spot().close(state, action.job)
                 else:
                     op._spot().record(state, action.job, preempted=action.kind == "preempted")
+            elif isinstance(action, lifecycle.CheckDeadline):
+                op._spot().check_deadline(state)  # before the unit's first job: nothing can meet it, nothing is sent
             elif isinstance(action, lifecycle.CheckFallback):
                 op.check_fallback()  # before the unit's first job: a missing fallback fails now, not after paying
             elif isinstance(action, lifecycle.AskSpotPolicy):

@@ -12,7 +12,7 @@ bill (``job_cost``).
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import compat, lifecycle, naming
@@ -66,9 +66,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         prices: dict[str, dict[str, float]] | None = None,
         on_ambiguous_cancel: str = "fail",
         evidence_wait: float = 900.0,
+        deadline: datetime | timedelta | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # when the unit must be done: an aware time, or an offset after the data interval's end (docs/operators.md)
+        self.deadline = deadline
+        self._deadline: datetime | timedelta | None = None  # parsed by validate()
+        self._deadline_at: float | None = None  # resolved against the run (epoch seconds) by _start()
         # a cancel that no witness tells from lost capacity: "fail" (a person's, final) or "resubmit"
         self.on_ambiguous_cancel = on_ambiguous_cancel
         self.evidence_wait = evidence_wait  # with "resubmit": seconds to wait for the Activity Log first
@@ -132,6 +137,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """Check the input without Azure; subclasses extend. Runs before any API call."""
         self.polling = job_settings.with_max_queue_time(self.polling, self.max_queue_time)
         self._manual_prices = job_settings.check_settings(self)
+        self._deadline = job_settings.parse_deadline(self.deadline)
 
     def result(self, state: ResubmissionState, snapshot: JobSnapshot, verdict: Classification) -> dict[str, Any]:
         return {
@@ -176,6 +182,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             remember=lambda state: self._remember(self._context, state),
             log=self.log,
             stores=self.__dict__.setdefault("_history_stores", {}),  # one per task process and target
+            deadline=self._deadline_at,
         )
 
     def spot_target(self) -> str | None:
@@ -272,6 +279,10 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
     def _start(self, context: Any) -> ResubmissionState:
         self.validate()
         self._context = context
+        self._deadline_at, source = job_settings.resolve_deadline(self._deadline, context, self._dag, self.log)
+        if self._deadline_at is not None:
+            when = datetime.fromtimestamp(self._deadline_at, tz=timezone.utc).isoformat(timespec="seconds")
+            self.log.info("Deadline of this unit of work: %s (%s).", when, source)
         ti = context.get("ti")
         max_tries = getattr(ti, "max_tries", None)
         state = ResubmissionState.from_store(

@@ -6,8 +6,11 @@ in the order the operator always ran them (the first bad setting is the one repo
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_azureml.exceptions import AzureMLConfigError
@@ -34,6 +37,125 @@ def with_max_queue_time(polling: PollingPolicy, max_queue_time: float | str | No
     from airflow_azureml.specs import check_seconds  # not at DAG parse
 
     return replace(polling, max_queue_time=check_seconds("max_queue_time", max_queue_time))
+
+
+# "+" and one or more of <number>d, <number>h, <number>m, <number>s, in that order: "+6h", "+1d12h", "+1.5h"
+_OFFSET = re.compile(r"\+(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+_GRAMMAR = (
+    "an aware datetime, an ISO-8601 time with its UTC offset ('2026-11-02T06:00:00+00:00'), a timedelta > 0, "
+    "or an offset after the data interval's end: '+' and whole or decimal numbers of d, h, m, s in that "
+    "order ('+6h', '+1d12h', '+90m')"
+)
+_MAX_OFFSET = timedelta(days=3660)  # ten years: anything beyond is a typo, and overflows datetime arithmetic
+
+
+def parse_deadline(value: Any) -> datetime | timedelta | None:
+    """The operator's ``deadline``, possibly rendered from a template: an absolute time or an offset.
+
+    A naive time is refused (whose 06:00?), as are offsets <= 0 (a deadline before the data it waits for)
+    and ISO-8601 durations ("PT6H": one grammar for offsets, the one in the error). Empty text is no
+    deadline, as for ``max_queue_time``.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise AzureMLConfigError(f"deadline {value!r} is naive: give its time zone (UTC offset).")
+        return value
+    if isinstance(value, timedelta):
+        return _check_offset(value, value)
+    if not isinstance(value, str):
+        raise AzureMLConfigError(f"deadline must be {_GRAMMAR}; got {value!r}.")
+    text = value.strip()
+    if text.startswith("-") and _OFFSET.fullmatch("+" + text[1:]):
+        raise AzureMLConfigError(
+            f"deadline {value!r} is a negative offset: it must come after the data interval's end."
+        )
+    if text.startswith("+"):
+        found = _OFFSET.fullmatch(text)
+        if found is None or not any(found.groups()):
+            raise AzureMLConfigError(f"deadline must be {_GRAMMAR}; got {value!r}.")
+        days, hours, minutes, seconds = (float(g) if g else 0.0 for g in found.groups())
+        try:
+            offset = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        except OverflowError:
+            raise AzureMLConfigError(f"deadline {value!r} is too far ahead.") from None
+        return _check_offset(offset, value)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise AzureMLConfigError(f"deadline must be {_GRAMMAR}; got {value!r}.") from None
+    if when.tzinfo is None:
+        raise AzureMLConfigError(f"deadline {value!r} is naive: give its UTC offset, e.g. {text}+00:00.")
+    return when
+
+
+def _check_offset(offset: timedelta, value: Any) -> timedelta:
+    if offset < timedelta(0):
+        raise AzureMLConfigError(
+            f"deadline {value!r} is a negative offset: it must come after the data interval's end."
+        )
+    if offset == timedelta(0):
+        raise AzureMLConfigError(f"deadline {value!r} must come after the data interval's end (an offset > 0).")
+    if offset > _MAX_OFFSET:
+        raise AzureMLConfigError(f"deadline {value!r} is too far ahead (at most {_MAX_OFFSET.days} days).")
+    return offset
+
+
+def resolve_deadline(
+    parsed: datetime | timedelta | None, context: Any, dag: Any, log: logging.Logger
+) -> tuple[float | None, str]:
+    """The deadline in epoch seconds, and where it came from; (None, "") for none.
+
+    An offset counts from the run's ``data_interval_end``, else its logical date. Without the operator's
+    own, the DAG's deadline alert (Airflow 3.1+) is used where the task can resolve it to a time: a
+    logical-date or fixed-time reference plus a fixed interval (the earliest of several). Others (queued
+    at, average runtime, a Variable's interval) are ignored with one info log.
+    """
+    if isinstance(parsed, datetime):
+        return parsed.timestamp(), f"deadline {parsed.isoformat()}"
+    if isinstance(parsed, timedelta):
+        anchor, what = context.get("data_interval_end"), "the data interval's end"
+        if anchor is None:
+            anchor, what = context.get("logical_date"), "the logical date"
+        if anchor is None:
+            raise AzureMLConfigError(
+                "deadline is an offset, but this run has no data interval or logical date to count it from: "
+                "give an absolute time (ISO-8601 with its UTC offset)."
+            )
+        return (anchor + parsed).timestamp(), f"deadline {parsed} after {what} {anchor.isoformat()}"
+    return _dag_alert(context, dag, log)
+
+
+def _dag_alert(context: Any, dag: Any, log: logging.Logger) -> tuple[float | None, str]:
+    """The earliest deadline alert of the DAG that a task can resolve (duck-typed: no Airflow import)."""
+    alerts = getattr(dag, "deadline", None) if dag is not None else None
+    if not alerts:
+        return None, ""
+    if not isinstance(alerts, (list, tuple)):
+        alerts = [alerts]
+    found: list[tuple[float, str]] = []
+    skipped: list[str] = []
+    for alert in alerts:
+        reference, interval = getattr(alert, "reference", None), getattr(alert, "interval", None)
+        kind = type(reference).__name__
+        anchor = None
+        if kind == "DagRunLogicalDateDeadline":
+            anchor = context.get("logical_date")
+        elif kind == "FixedDatetimeDeadline":
+            anchor = getattr(reference, "_datetime", None)
+        if not isinstance(interval, timedelta) or not isinstance(anchor, datetime) or anchor.tzinfo is None:
+            skipped.append(kind)
+            continue
+        found.append(((anchor + interval).timestamp(), f"the DAG's deadline alert ({kind} + {interval})"))
+    if not found:
+        log.info(
+            "The DAG's deadline alert (%s) cannot be resolved to a time in the task (only a logical-date or "
+            "fixed-time reference with a fixed interval can): the work runs without a deadline.",
+            ", ".join(skipped),
+        )
+        return None, ""
+    return min(found)
 
 
 def check_settings(op: AzureMLJobOperatorBase) -> dict[str, dict[str, float]]:
@@ -81,6 +203,7 @@ def limits(op: AzureMLJobOperatorBase) -> Limits:
         deferrable=bool(op.deferrable),
         on_ambiguous_cancel="resubmit" if op.on_ambiguous_cancel == "resubmit" else "fail",
         evidence_wait=float(op.evidence_wait),
+        deadline=getattr(op, "_deadline_at", None),
     )
 
 

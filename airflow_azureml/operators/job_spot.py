@@ -1,8 +1,9 @@
 """The spot cluster as the job operators see it: its shared history, and the policy that reads it.
 
-A collaborator of ``operators/job_base.py`` behind four calls: ``decide`` (stay on spot or move to the
-fallback), ``record`` (what a watched job showed), ``close`` (a job's end closes its running entry)
-and ``started`` (a job seen Running on spot counts as exposure from now). The rules are in ``spot_policy``;
+A collaborator of ``operators/job_base.py`` behind five calls: ``decide`` (stay on spot or move to the
+fallback), ``check_deadline`` (before a unit's first job: can anything still meet its deadline?),
+``record`` (what a watched job showed), ``close`` (a job's end closes its running entry) and
+``started`` (a job seen Running on spot counts as exposure from now). The rules are in ``spot_policy``;
 the store is ``spot_history_store``; this module only wires them to one unit's jobs.
 """
 
@@ -12,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from airflow_azureml.lifecycle import ResubmissionState
     from airflow_azureml.outcomes import JobSnapshot
     from airflow_azureml.spot_history_store import HistoryStore
-    from airflow_azureml.spot_policy import SpotHistory
+    from airflow_azureml.spot_policy import PolicyInputs, SpotHistory
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class SpotCluster:
 
     ``remember`` stores the unit's state: a job is marked recorded there before its record is written,
     so a retry or a clear never records it twice. ``stores`` caches the history stores by target.
+    ``deadline``: the unit's deadline, resolved (epoch seconds; None: none).
     """
 
     def __init__(
@@ -84,7 +87,9 @@ class SpotCluster:
         remember: Callable[[ResubmissionState], None],
         log: logging.Logger,
         stores: dict[str, HistoryStore] | None = None,
+        deadline: float | None = None,
     ) -> None:
+        self.deadline = deadline
         self.hook = hook
         self.target = target
         self.has_fallback = has_fallback
@@ -106,11 +111,66 @@ class SpotCluster:
         """``spot_policy.decide`` on this cluster's history, the hourly prices and this unit's jobs so far."""
         from airflow_azureml import spot_policy
 
+        try:
+            return SpotDecision(spot_policy.decide(self._inputs(state, snapshot, prices=True)))
+        except ValueError as exc:  # a stored value the policy refuses: the hard rules still hold
+            hard = self.fallback_after is not None and state.preemptions >= self.fallback_after
+            rule = spot_policy.RULE_FALLBACK_AFTER if hard else "policy_inputs_refused"
+            reason = f"the policy refused its inputs ({exc}); only fallback_after applies"
+            return SpotDecision(spot_policy.Decision(hard, rule, reason))
+
+    def check_deadline(self, state: ResubmissionState) -> None:
+        """Before a unit's first job: a deadline that not even the fallback (or dedicated nodes) can meet
+        raises ``AzureMLDeadlineError`` now, with its numbers, and nothing is submitted. A deadline that
+        cannot be checked (no work estimate yet) or that fits is logged; the policy weighs it at each decision.
+        """
+        from airflow_azureml import deadline as deadlines
+        from airflow_azureml import spot_policy
+        from airflow_azureml.exceptions import AzureMLDeadlineError
+
+        try:
+            planned = spot_policy.deadline_plan(self._inputs(state, None, prices=False))
+        except ValueError as exc:  # a stored value the policy refuses: nothing to check against
+            self.log.info("The deadline cannot be checked: the policy refused its inputs (%s).", exc)
+            return
+        if planned is None:
+            return
+        deadline, now = _when(planned.deadline), _when(planned.now)
+        work = "unknown" if planned.work_hours is None else f"{planned.work_hours:.3g} h"
+        if planned.verdict == deadlines.VERDICT_INFEASIBLE:
+            fastest = "never" if planned.fastest_finish is None else _when(planned.fastest_finish)
+            raise AzureMLDeadlineError(
+                f"The deadline {deadline} cannot be met even on dedicated compute: now {now}, work estimate "
+                f"{work}, fastest finish {fastest} ({planned.reason}). Nothing was submitted.",
+                deadline=planned.deadline,
+                now=planned.now,
+                work_hours=planned.work_hours,
+                fastest_finish=planned.fastest_finish,
+            )
+        if planned.verdict == deadlines.VERDICT_UNKNOWN:
+            self.log.info("Deadline %s: it cannot be checked yet (%s).", deadline, planned.reason)
+            return
+        self.log.info(
+            "Deadline %s: %s; now %s, work estimate %s, fastest finish %s, slack %.3g h, margin %.3g h.",
+            deadline,
+            "spot may be tried" if planned.verdict == deadlines.VERDICT_SPOT else "only the fallback still makes it",
+            now,
+            work,
+            _when(planned.fastest_finish or planned.now),
+            planned.slack_hours or 0.0,
+            planned.margin_hours or 0.0,
+        )
+
+    def _inputs(self, state: ResubmissionState, snapshot: JobSnapshot | None, *, prices: bool) -> PolicyInputs:
+        """The policy's inputs now: the cluster's history, this unit's jobs, the deadline, and the hourly
+        prices when ``prices`` (a read of the prices API; the deadline needs none)."""
+        from airflow_azureml import spot_policy
+
         store = self.store()
         history, known = store.load() if store else (spot_policy.SpotHistory(), {})
         info = {**known, **spot_compute(state)}
         dedicated = spot = None
-        if info.get("vm_size"):
+        if prices and info.get("vm_size"):
             try:
                 rates = self.hook.hourly_prices(info["vm_size"], info.get("location"), self.manual_prices)
             except Exception as exc:  # unknown prices turn the expected-cost rule off; they never fail the task
@@ -121,26 +181,20 @@ class SpotCluster:
         if isinstance(info.get("startup_hours"), (int, float)) and info["startup_hours"] > 0:
             extra["startup_hours"] = float(info["startup_hours"])
         nodes = snapshot.instance_count if snapshot is not None and snapshot.instance_count else 1
-        try:
-            inputs = spot_policy.PolicyInputs(
-                spot_price=spot,
-                dedicated_price=dedicated,
-                nodes=max(1, int(nodes)),
-                history=history,
-                preemptions=state.preemptions,
-                fallback_after=self.fallback_after,
-                has_fallback=self.has_fallback,
-                on_fallback=bool(state.fallback_rule),
-                unit_exposure_hours=max((held_hours(state, job) for job in state.counted), default=0.0),
-                now=time.time(),
-                **extra,
-            )
-            return SpotDecision(spot_policy.decide(inputs))
-        except ValueError as exc:  # a stored value the policy refuses: the hard rules still hold
-            hard = self.fallback_after is not None and state.preemptions >= self.fallback_after
-            rule = spot_policy.RULE_FALLBACK_AFTER if hard else "policy_inputs_refused"
-            reason = f"the policy refused its inputs ({exc}); only fallback_after applies"
-            return SpotDecision(spot_policy.Decision(hard, rule, reason))
+        return spot_policy.PolicyInputs(
+            spot_price=spot,
+            dedicated_price=dedicated,
+            nodes=max(1, int(nodes)),
+            history=history,
+            preemptions=state.preemptions,
+            fallback_after=self.fallback_after,
+            has_fallback=self.has_fallback,
+            on_fallback=bool(state.fallback_rule),
+            unit_exposure_hours=max((held_hours(state, job) for job in state.counted), default=0.0),
+            now=time.time(),
+            deadline=self.deadline,
+            **extra,
+        )
 
     def record(self, state: ResubmissionState, job: str, *, preempted: bool) -> None:
         """What this job showed of the spot cluster goes to its shared history, once per job.
@@ -203,3 +257,8 @@ class SpotCluster:
         if store is None or not self.has_fallback:
             return
         store.update(lambda history, known: (history.record_start(job, time.time()), known))
+
+
+def _when(epoch: float) -> str:
+    """Epoch seconds as an ISO-8601 UTC time, to the second (as the log and the error show a deadline)."""
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")

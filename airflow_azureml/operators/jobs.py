@@ -35,6 +35,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         "job_identity",
         "experiment_name",
         "max_queue_time",
+        "deadline",
     )
     template_fields_renderers = {"command": "bash", "inputs": "json"}
 
