@@ -63,7 +63,15 @@ with DAG("azureml_deployment_case", schedule=None, start_date=START, default_arg
         task_id="create_deployment", deployment=str(CONFIG / "deployment.yml"), **CASE.get("deployment_overrides", {})
     )
 
-INVOKE_KEYS = ("retries", "deferrable", "job_identity", "max_queue_time", "on_ambiguous_cancel", "evidence_wait")
+INVOKE_KEYS = (
+    "retries",
+    "deferrable",
+    "job_identity",
+    "max_queue_time",
+    "on_ambiguous_cancel",
+    "evidence_wait",
+    "deadline",
+)
 INVOKE_ARGS = {key: CASE[key] for key in INVOKE_KEYS if key in CASE}
 if "fallback_compute" in CASE:  # refused by the invoke operator: a deployment's compute is fixed
     INVOKE_ARGS["fallback_compute"] = CASE["fallback_compute"]

@@ -1,11 +1,14 @@
 """The fallback deployment takes over, in ``dag.test()`` with the real SDK, for each rule that moves the
-work off spot: ``fallback_after`` preemptions, the queue time, and the expected cost. Each case checks that
-no unit of work has two live jobs and that every input row is scored exactly once, by the job that ran last.
+work off spot: ``fallback_after`` preemptions, the queue time, the expected cost and the deadline (a deadline
+nothing can meet fails at once, with no job). Each case checks that no unit of work has two live jobs and
+that every input row is scored exactly once, by the job that ran last.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +367,44 @@ def run_seconds(emulator: Emulator, job_name: str) -> float:
     """Seconds from the job's start (nodes allocated) to its end, as the emulator ran it, plus a second."""
     (job,) = [j for j in emulator.jobs() if j.name == job_name]
     return (job.ended - job.started).total_seconds() + 1.0
+
+
+# ------------------------------------------------------------------ deadline
+def in_hours(hours: float) -> str:
+    """An absolute deadline, ISO-8601 with its offset, ``hours`` from now."""
+    return datetime.fromtimestamp(time.time() + hours * 3600, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def test_an_impossible_deadline_fails_at_once_and_submits_nothing(workspace: Emulator, run_case: Any) -> None:
+    seed_cluster_history()  # an hour of work a unit; half an hour left
+    run, failures = run_case("azureml_invoke_case", {"fallback_deployment": FALLBACK, "deadline": in_hours(0.5)})
+    assert str(run.state) == "failed"
+    assert [f["type"] for f in failures] == ["AzureMLDeadlineError"], failures
+    assert "cannot be met even on dedicated compute" in failures[0]["message"]
+    assert "fastest finish" in failures[0]["message"]
+    assert workspace.jobs() == []
+
+
+def test_an_offset_counts_from_the_runs_data_interval(workspace: Emulator, run_case: Any) -> None:
+    """ "+6h" after the run's data interval (2026-11-01) passed long ago: infeasible even with the work unknown."""
+    run, failures = run_case("azureml_invoke_case", {"fallback_deployment": FALLBACK, "deadline": "+6h"})
+    assert str(run.state) == "failed"
+    assert [f["type"] for f in failures] == ["AzureMLDeadlineError"], failures
+    assert "2026-11-01T06:00:00+00:00" in failures[0]["message"]
+    assert workspace.jobs() == []
+
+
+def test_a_tight_deadline_sends_the_first_job_to_the_fallback(workspace: Emulator, run_case: Any) -> None:
+    seed_cluster_history()  # an hour of work; 1.5 h left: no room for a preemption on spot and a redo
+    run, failures = run_case(
+        "azureml_invoke_case",
+        {
+            "fallback_deployment": FALLBACK,
+            "deadline": in_hours(1.5),
+            "prices": {"Standard_DS3_v2": {"dedicated": 1.0, "low_priority": 0.2}},
+        },
+    )
+    assert str(run.state) == "success", (task_states(run), failures)
+    assert [(d, c) for _, d, c in deployments_of(workspace)] == [(FALLBACK, "dedicated-pool")]
+    assert stored_state(run)["fallback_rule"] == "deadline"
+    assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
