@@ -101,6 +101,9 @@ DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
 # The scoring tasks' pool: as many slots as jobs fit on the spot cluster at once (docs/backfills.md).
 CAPACITY_CONN_ID = os.environ.get("AZUREML_CAPACITY_POOL_CONN_ID", "")
 CAPACITY_POOL = f"azureml_capacity_{CLUSTER}" if CAPACITY_CONN_ID else "default_pool"
+# When each partition must be scored by (docs/operators.md, "A deadline for the work"): e.g. "+6h" after the
+# data interval's end, or an ISO-8601 time with its offset. Unset: no deadline.
+DEADLINE = os.environ.get("AZUREML_DEADLINE") or None
 
 
 with DAG(
@@ -191,6 +194,7 @@ with DAG(
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         max_queue_time="{{ params.max_queue_seconds }}",
+        deadline=DEADLINE,
         map_index_template="{{ task.job_identity }}",
         pool=CAPACITY_POOL,
     ).expand_kwargs(planned := plan(extracted := extract()))
