@@ -138,7 +138,7 @@ class SpotCluster:
         deadline, now = _when(planned.deadline), _when(planned.now)
         work = "unknown" if planned.work_hours is None else f"{planned.work_hours:.3g} h"
         if planned.verdict == deadlines.VERDICT_INFEASIBLE:
-            fastest = "never" if planned.fastest_finish is None else _when(planned.fastest_finish)
+            fastest = "unknown" if planned.fastest_finish is None else _when(planned.fastest_finish)
             raise AzureMLDeadlineError(
                 f"The deadline {deadline} cannot be met even on dedicated compute: now {now}, work estimate "
                 f"{work}, fastest finish {fastest} ({planned.reason}). Nothing was submitted.",
