@@ -458,6 +458,305 @@ def tune(w: Workload, reps: int, seed: int) -> None:
             )
 
 
+# ------------------------------------------------------------ deadline cells (issue 22, section 2)
+TICK_HOURS = 5 / 60  # the grid the traces use (skypilot-org/spot-traces: 5-minute ticks)
+DEADLINE_SLACKS = (1.1, 1.5, 2.0)  # the deadline as a multiple of the all-dedicated makespan
+DEADLINE_POLICIES = ("always-spot", "always-dedicated", "ours", "ours+deadline", "uniform-progress")
+PROCESSES = ("poisson", "regime", "bursty")
+TARGET_OPTIMUM = 0.15  # ours with a deadline within 15 % of the hindsight optimum at 1.5x slack
+
+
+@dataclass(frozen=True)
+class DeadlineWork:
+    """A chain of units of work on one lane, due by one deadline; times in ticks, prices per node-tick.
+
+    Each unit is one job: a start-up tick, then its work; a preemption ends the job, and the unit is
+    redone from nothing (the operator's model). A finished unit stays done: the workload's progress.
+    """
+
+    units: int = 12
+    startup_ticks: int = 1
+    work_ticks: int = 6
+    ratio: float = 0.3  # spot price / dedicated price
+
+    @property
+    def unit_ticks(self) -> int:
+        return self.startup_ticks + self.work_ticks
+
+    @property
+    def makespan_ticks(self) -> int:
+        """All on dedicated: never preempted."""
+        return self.units * self.unit_ticks
+
+
+def preemption_times(process: str, rng: random.Random, hours: float) -> list[float]:
+    """Whole-cluster preemption times (hours) from one synthetic process, up to ``hours``.
+
+    - ``poisson``: stationary, 0.5 an hour.
+    - ``regime``: calm (0.1 an hour, 3 h on average) and storms (2 an hour, 45 min on average), switching as
+      a two-state Markov chain that starts in its stationary state (0.48 an hour in the long run).
+    - ``bursty``: bursts start at 0.15 an hour; each brings 1 + Geometric(1/3) preemptions (3 on average)
+      10 minutes apart on average (0.45 an hour in the long run).
+    """
+    times: list[float] = []
+    if process == "poisson":
+        t = rng.expovariate(0.5)
+        while t < hours:
+            times.append(t)
+            t += rng.expovariate(0.5)
+    elif process == "regime":
+        calm_rate, storm_rate, calm_mean, storm_mean = 0.1, 2.0, 3.0, 0.75
+        storm = rng.random() < storm_mean / (calm_mean + storm_mean)
+        t = 0.0
+        while t < hours:
+            end = t + rng.expovariate(1 / (storm_mean if storm else calm_mean))
+            rate = storm_rate if storm else calm_rate
+            at = t + rng.expovariate(rate)
+            while at < min(end, hours):
+                times.append(at)
+                at += rng.expovariate(rate)
+            t, storm = end, not storm
+    elif process == "bursty":
+        t = rng.expovariate(0.15)
+        while t < hours:
+            at = t
+            count = 1
+            while rng.random() < 2 / 3:
+                count += 1
+            for _ in range(count):
+                times.append(at)
+                at += rng.expovariate(6.0)  # 10 minutes apart on average
+            t += rng.expovariate(0.15)
+        times = sorted(x for x in times if x < hours)
+    else:
+        raise ValueError(f"unknown process {process!r}")
+    return times
+
+
+def next_hits(times: list[float], ticks: int) -> list[int]:
+    """``next_hits[t]``: the first tick at or after ``t`` in which a preemption falls (``ticks`` when none)."""
+    hit = [False] * ticks
+    for at in times:
+        tick = int(at / TICK_HOURS)
+        if tick < ticks:
+            hit[tick] = True
+    out = [ticks] * (ticks + 1)
+    for t in range(ticks - 1, -1, -1):
+        out[t] = t if hit[t] else out[t + 1]
+    return out
+
+
+@dataclass
+class Chain:
+    """An online policy's view at a decision point: before a unit's job, or after its preemption."""
+
+    w: DeadlineWork
+    deadline: int  # ticks from the start
+    t: int = 0
+    done: int = 0
+    preemptions: int = 0  # of the current unit
+    on_fallback: bool = False  # the current unit moved to the fallback (it stays there)
+    history: spot_policy.SpotHistory = field(default_factory=spot_policy.SpotHistory)
+    rules: dict[str, int] = field(default_factory=dict)
+
+
+ChainPolicy = Callable[[Chain], bool]  # True: the next job goes to dedicated
+
+
+def chain_ours(with_deadline: bool) -> ChainPolicy:
+    """``spot_policy.decide`` as the operator calls it. With a deadline, each unit's own deadline is the
+    workload's less the dedicated time of the units queued behind it (what each task of a chain is given)."""
+
+    def policy(c: Chain) -> bool:
+        w = c.w
+        behind = (w.units - c.done - 1) * w.unit_ticks
+        deadline = EPOCH + (c.deadline - behind) * TICK_HOURS * 3600 if with_deadline else None
+        decision = spot_policy.decide(
+            spot_policy.PolicyInputs(
+                spot_price=w.ratio,
+                dedicated_price=1.0,
+                nodes=1,
+                history=c.history,
+                preemptions=c.preemptions,
+                has_fallback=True,
+                on_fallback=c.on_fallback,
+                startup_hours=w.startup_ticks * TICK_HOURS,
+                release_hours=0.0,
+                lost_hours=0.0,
+                restart_hours=0.0,  # the next job starts in the tick after the preemption's
+                now=EPOCH + c.t * TICK_HOURS * 3600,
+                deadline=deadline,
+            )
+        )
+        c.rules[decision.rule] = c.rules.get(decision.rule, 0) + 1
+        return decision.use_fallback
+
+    return policy
+
+
+def uniform_progress(c: Chain) -> bool:
+    """Uniform Progress (Wu et al., NSDI '24), written from its description, at this model's decision points.
+
+    Progress (units done) is kept at least proportional to the time elapsed over the deadline window:
+    behind that line the next job goes to dedicated, on or ahead of it to spot. Jobs here are whole units
+    (a preempted one is redone), so a switch happens before a job, not inside one. With the safety net
+    the paper's policies share: when the time left cannot absorb one more lost attempt before the rest
+    finishes on dedicated, dedicated.
+    """
+    w = c.w
+    left = c.deadline - c.t
+    if left < (w.units - c.done + 1) * w.unit_ticks:
+        return True
+    return c.done * c.deadline < w.units * c.t  # behind: done / units < t / deadline
+
+
+CHAIN_POLICIES: dict[str, ChainPolicy] = {
+    "always-spot": lambda c: False,
+    "always-dedicated": lambda c: True,
+    "ours": chain_ours(False),
+    "ours+deadline": chain_ours(True),
+    "uniform-progress": uniform_progress,
+}
+
+
+def run_chain(w: DeadlineWork, hits: list[int], deadline: int, policy: ChainPolicy) -> tuple[float, int, Chain]:
+    """Cost (dedicated node-ticks) and finish tick of the chain under ``policy`` on one trace."""
+    horizon = len(hits) - 1
+    seed = spot_policy.SpotHistory().record_completion(
+        run_hours=w.unit_ticks * TICK_HOURS, now=EPOCH - 3600, on_spot=False
+    )  # a cluster seen before: the work of a unit is known, its preemption rate is not
+    c = Chain(w, deadline, history=seed)
+    cost = 0.0
+    while c.done < w.units and c.t < horizon:
+        dedicated = policy(c)
+        now = EPOCH + c.t * TICK_HOURS * 3600
+        if dedicated:
+            cost += w.unit_ticks
+            c.t += w.unit_ticks
+            c.history = c.history.record_completion(
+                run_hours=w.unit_ticks * TICK_HOURS, now=EPOCH + c.t * TICK_HOURS * 3600, on_spot=False
+            )
+            c.done, c.preemptions, c.on_fallback = c.done + 1, 0, False
+            continue
+        hit = hits[min(c.t, horizon)]
+        if hit >= c.t + w.unit_ticks:
+            cost += w.unit_ticks * w.ratio
+            c.t += w.unit_ticks
+            c.history = c.history.record_completion(
+                run_hours=w.unit_ticks * TICK_HOURS, now=EPOCH + c.t * TICK_HOURS * 3600, on_spot=True
+            )
+            c.done, c.preemptions, c.on_fallback = c.done + 1, 0, False
+            continue
+        lost = hit - c.t + 1  # the preemption's tick is billed
+        cost += lost * w.ratio
+        c.t = hit + 1
+        c.history = c.history.record_preemption(exposure_hours=lost * TICK_HOURS, now=now + lost * TICK_HOURS * 3600)
+        c.preemptions += 1
+    return cost, c.t if c.done == w.units else horizon, c
+
+
+def hindsight_optimum(w: DeadlineWork, hits: list[int], deadline: int) -> float:
+    """The cheapest schedule that meets the deadline knowing the trace: dynamic programming over (unit, tick).
+
+    At each tick a unit may start on dedicated, start on spot (only where no preemption falls inside its
+    job: knowing the trace, a job that would be preempted is never worth starting, waiting is free), or
+    wait a tick.
+    """
+    u, n = w.unit_ticks, w.units
+    inf = math.inf
+    best = [[inf] * (deadline + 2) for _ in range(n + 1)]
+    for t in range(deadline + 1):
+        best[n][t] = 0.0
+    for t in range(deadline, -1, -1):
+        for i in range(n - 1, -1, -1):
+            value = best[i][t + 1] if t + 1 <= deadline else inf
+            if t + u <= deadline:
+                after = best[i + 1][t + u]
+                value = min(value, u + after)
+                if hits[t] >= t + u:
+                    value = min(value, u * w.ratio + after)
+            best[i][t] = value
+    return best[0][0]
+
+
+@dataclass
+class DeadlineCell:
+    process: str
+    slack: float
+    cost: dict[str, float]  # mean cost per policy, and "optimum"
+    misses: dict[str, int]
+
+    def ratio(self, policy: str) -> float:
+        return self.cost[policy] / self.cost["optimum"]
+
+
+def run_deadline_grid(w: DeadlineWork, reps: int, seed: int) -> list[DeadlineCell]:
+    """Every policy on the same traces (common random numbers): one trace per process and repetition."""
+    cells = []
+    horizon = 20 * w.makespan_ticks  # always-spot may take long; nothing runs past this
+    for process in PROCESSES:
+        traces = [
+            next_hits(
+                preemption_times(process, random.Random(f"{seed}/{process}/{rep}"), horizon * TICK_HOURS), horizon
+            )
+            for rep in range(reps)
+        ]
+        for slack in DEADLINE_SLACKS:
+            deadline = round(slack * w.makespan_ticks)
+            cost = dict.fromkeys((*DEADLINE_POLICIES, "optimum"), 0.0)
+            misses = dict.fromkeys(DEADLINE_POLICIES, 0)
+            for hits in traces:
+                cost["optimum"] += hindsight_optimum(w, hits, deadline) / reps
+                for name in DEADLINE_POLICIES:
+                    c, finish, _ = run_chain(w, hits, deadline, CHAIN_POLICIES[name])
+                    cost[name] += c / reps
+                    misses[name] += finish > deadline
+            cells.append(DeadlineCell(process, slack, cost, misses))
+    return cells
+
+
+def deadline_report(cells: list[DeadlineCell], w: DeadlineWork, reps: int, seconds: float) -> tuple[str, bool]:
+    short = {"always-spot": "spot", "always-dedicated": "dedic.", "ours": "ours", "ours+deadline": "ours+dl"}
+    short["uniform-progress"] = "UP"
+    names = [short[p] for p in DEADLINE_POLICIES]
+    lines = [
+        f"deadline cells: {w.units} units in a chain, each {w.startup_ticks} start-up + {w.work_ticks} work ticks of "
+        f"{TICK_HOURS * 60:g} min (all-dedicated makespan {w.makespan_ticks * TICK_HOURS:g} h); spot at "
+        f"{w.ratio:.0%} of dedicated; a preemption redoes the unit; {reps} traces per process, the same for "
+        "every policy",
+        "",
+        f"{'process':>8} {'slack':>5} | cost / hindsight optimum: "
+        + " ".join(f"{n:>7}" for n in names)
+        + " | misses: "
+        + " ".join(f"{n:>7}" for n in names),
+        "-" * 120,
+    ]
+    for c in cells:
+        lines.append(
+            f"{c.process:>8} {c.slack:>4g}x | {'':>25}"
+            + " ".join(f"{c.ratio(p):>7.3f}" for p in DEADLINE_POLICIES)
+            + f" | {'':>7}"
+            + " ".join(f"{c.misses[p]:>7d}" for p in DEADLINE_POLICIES)
+        )
+    missed = sum(c.misses["ours+deadline"] for c in cells)
+    checks = [(missed == 0, f"0 misses for ours with a deadline where dedicated alone meets it: {missed}")]
+    for process in PROCESSES:
+        row = [c for c in cells if c.process == process]
+        ours = sum(c.cost["ours+deadline"] for c in row)
+        up = sum(c.cost["uniform-progress"] for c in row)
+        checks.append((ours <= up, f"{process}: cost no higher than Uniform Progress: ours {ours / up:.3f} x UP"))
+        mid = [c for c in row if c.slack == 1.5]
+        if mid:
+            gap = mid[0].ratio("ours+deadline") - 1
+            checks.append(
+                (gap <= TARGET_OPTIMUM, f"{process}: within {TARGET_OPTIMUM:.0%} of the optimum at 1.5x: {gap:+.1%}")
+            )
+    lines.append("")
+    lines.extend(f"{'OK  ' if ok else 'MISS'} {text}" for ok, text in checks)
+    lines.append(f"({seconds:.0f} s)")
+    return "\n".join(lines), all(ok for ok, _ in checks)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=200)
@@ -470,7 +769,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--record-start", action="store_true", help="record each spot job as it starts (running exposure counts)"
     )
+    parser.add_argument(
+        "--deadline", action="store_true", help="the deadline cells (synthetic preemption processes) instead"
+    )
     args = parser.parse_args(argv)
+    if args.deadline:
+        started = time.perf_counter()
+        work = DeadlineWork()
+        text, ok = deadline_report(run_deadline_grid(work, args.reps, args.seed), work, args.reps, 0)
+        print(text.replace("(0 s)", f"({time.perf_counter() - started:.0f} s)"))
+        return 0 if ok else 1
     w = replace(Workload(), partitions=args.partitions, whole_share=args.whole_share, record_start=args.record_start)
     if args.tune:
         tune(w, max(20, args.reps // 5), args.seed)
