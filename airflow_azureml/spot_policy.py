@@ -350,4 +350,7 @@ def _eviction_overhead(inputs: PolicyInputs, eviction_rate: float) -> float:
 
 
 def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    """Four significant digits; epoch seconds (the deadline, now) whole, or they would read 1.8e+09."""
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 1e6 else f"{value:.4g}"
+    return str(value)

@@ -64,7 +64,8 @@ def test_the_deadline_rule(hours_left: float, use_fallback: bool, rule: str) -> 
     shown = decision.inputs
     assert shown["deadline"] == T0 + hours_left * HOUR and shown["deadline_now"] == T0
     assert "deadline_slack_hours" in shown and "deadline_margin_hours" in shown
-    assert "deadline" in decision.log_line()
+    line = decision.log_line()
+    assert f"deadline={T0 + hours_left * HOUR:.0f}," in line and f"deadline_now={T0:.0f}," in line
 
 
 def test_a_roomy_deadline_leaves_the_cost_rule_to_move_off_a_bad_cluster() -> None:
