@@ -86,7 +86,7 @@ def parse_deadline(value: Any) -> datetime | timedelta | None:
     except ValueError:
         raise AzureMLConfigError(f"deadline must be {_GRAMMAR}; got {value!r}.") from None
     if when.tzinfo is None:
-        raise AzureMLConfigError(f"deadline {value!r} is naive: give its UTC offset, e.g. {text}+00:00.")
+        raise AzureMLConfigError(f"deadline {value!r} is naive: give its UTC offset, e.g. 2026-11-02T06:00:00+00:00.")
     return when
 
 

@@ -56,6 +56,7 @@ def test_parse(value: Any, expected: Any) -> None:
         (timedelta(0), "after"),
         (datetime(2026, 11, 2, 6), "naive"),
         ("2026-11-02T06:00:00", "naive"),
+        ("2026-11-02", "naive"),  # a date is midnight, whose?
         ("PT6H", "'+6h'"),
         ("6h", "'+6h'"),
         ("+6x", "'+6h'"),
