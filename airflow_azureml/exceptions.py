@@ -7,8 +7,6 @@
 - ``AzureMLJobCanceledError``: a person cancelled the job. Fails without retry: a person's decision
   is final; clearing the task is the request to run the work again.
 - ``AzureMLJobQueueTimeoutError``: the job waited for capacity longer than ``max_queue_time``.
-- ``AzureMLDeadlineError``: before a unit's first job, not even the fallback (or dedicated nodes) can
-  finish the work by the operator's ``deadline``. Fails without retry: a later try has less time still.
 """
 
 from __future__ import annotations
@@ -58,45 +56,6 @@ class AzureMLJobCanceledError(AirflowFailException, AzureMLJobError):
 
 class AzureMLJobQueueTimeoutError(AzureMLJobError):
     """The job stayed queued for capacity longer than ``max_queue_time``."""
-
-
-class AzureMLDeadlineError(AirflowFailException, AzureMLError):
-    """The deadline cannot be met even on dedicated compute, found before anything was submitted.
-
-    Carries the numbers (epoch seconds, hours): ``deadline``, ``now``, ``work_hours`` (the work estimate)
-    and ``fastest_finish`` (None when the work is unknown and the deadline passed already).
-    An ``AirflowFailException``: a retry would only start later.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        deadline: float | None = None,
-        now: float | None = None,
-        work_hours: float | None = None,
-        fastest_finish: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.deadline = deadline
-        self.now = now
-        self.work_hours = work_hours
-        self.fastest_finish = fastest_finish
-
-    def __reduce__(self):  # keep the numbers through pickling (task runner)
-        numbers = (self.deadline, self.now, self.work_hours, self.fastest_finish)
-        return (_rebuild_deadline, (type(self), str(self), *numbers))
-
-
-def _rebuild_deadline(
-    cls: type[AzureMLDeadlineError],
-    message: str,
-    deadline: float | None,
-    now: float | None,
-    work_hours: float | None,
-    fastest_finish: float | None,
-) -> AzureMLDeadlineError:
-    return cls(message, deadline=deadline, now=now, work_hours=work_hours, fastest_finish=fastest_finish)
 
 
 def _rebuild(cls: type[AzureMLJobError], message: str, job_name: str | None, status: str | None) -> AzureMLJobError:

@@ -229,7 +229,8 @@ def decide(inputs: PolicyInputs) -> Decision:
     if inputs.deadline is not None:
         planned = _plan(inputs, work, mu)
         shown.update(planned.log_inputs())
-        if planned.verdict in (deadlines.VERDICT_FALLBACK, deadlines.VERDICT_INFEASIBLE):
+        passed = planned.hours_left <= 0  # missed already: dedicated nodes would only be late at a higher price
+        if not passed and planned.verdict in (deadlines.VERDICT_FALLBACK, deadlines.VERDICT_INFEASIBLE):
             return Decision(True, RULE_DEADLINE, planned.reason, inputs=shown)
     if inputs.spot_price is None or inputs.dedicated_price is None:
         missing = [n for n in ("spot_price", "dedicated_price") if getattr(inputs, n) is None]
@@ -261,7 +262,8 @@ def decide(inputs: PolicyInputs) -> Decision:
 def deadline_plan(inputs: PolicyInputs) -> deadlines.DeadlinePlan | None:
     """The deadline's verdict on these inputs, as ``decide`` weighs it (None without a deadline).
 
-    The operator asks it before a unit's first job: an infeasible deadline fails the task before any submit.
+    The operator asks it before a unit's first job, to say at once what the deadline allows (a warning
+    when nothing meets it).
     """
     if inputs.deadline is None:
         return None

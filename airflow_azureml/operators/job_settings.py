@@ -82,7 +82,8 @@ def parse_deadline(value: Any) -> datetime | timedelta | None:
             raise AzureMLConfigError(f"deadline {value!r} is too far ahead.") from None
         return _check_offset(offset, value)
     try:
-        when = datetime.fromisoformat(text)
+        # Python 3.10's fromisoformat does not read a trailing "Z" (3.11+ does): the same UTC either way
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except ValueError:
         raise AzureMLConfigError(f"deadline must be {_GRAMMAR}; got {value!r}.") from None
     if when.tzinfo is None:
@@ -107,17 +108,26 @@ def resolve_deadline(
 ) -> tuple[float | None, str]:
     """The deadline in epoch seconds, and where it came from; (None, "") for none.
 
-    An offset counts from the run's ``data_interval_end``, else its logical date. Without the operator's
-    own, the DAG's deadline alert (Airflow 3.1+) is used where the task can resolve it to a time: a
+    An offset counts from the run's ``data_interval_end``, else its logical date, else its ``run_after``; in
+    a backfill run an offset (or the DAG's alert) is not applied, its interval being old by design. Without
+    the operator's own, the DAG's deadline alert (Airflow 3.1+) is used where the task can resolve it: a
     logical-date or fixed-time reference plus a fixed interval (the earliest of several). Others (queued
     at, average runtime, a Variable's interval) are ignored with one info log.
     """
     if isinstance(parsed, datetime):
         return parsed.timestamp(), f"deadline {parsed.isoformat()}"
+    run = context.get("dag_run")
+    run_type = getattr(run, "run_type", None)
+    if str(getattr(run_type, "value", run_type) or "").lower() == "backfill":
+        # a backfill's intervals are old by design: a deadline counted from them passed long ago
+        log.info("This run is a backfill: a deadline relative to its interval is not applied (an absolute one is).")
+        return None, ""
     if isinstance(parsed, timedelta):
         anchor, what = context.get("data_interval_end"), "the data interval's end"
         if anchor is None:
             anchor, what = context.get("logical_date"), "the logical date"
+        if anchor is None:  # an asset-triggered or manual run without a logical date: when it was due to run
+            anchor, what = getattr(run, "run_after", None), "the run's run_after"
         if anchor is None:
             raise AzureMLConfigError(
                 "deadline is an offset, but this run has no data interval or logical date to count it from: "

@@ -120,13 +120,15 @@ class SpotCluster:
             return SpotDecision(spot_policy.Decision(hard, rule, reason))
 
     def check_deadline(self, state: ResubmissionState) -> None:
-        """Before a unit's first job: a deadline that not even the fallback (or dedicated nodes) can meet
-        raises ``AzureMLDeadlineError`` now, with its numbers, and nothing is submitted. A deadline that
-        cannot be checked (no work estimate yet) or that fits is logged; the policy weighs it at each decision.
+        """Before a unit's first job: say at once what the deadline allows, as a warning when nothing meets it.
+
+        Never fails the task: the work estimate comes from the cluster's history (other units' jobs too),
+        and Airflow's own deadline alerts notify, they do not stop a run. A deadline nothing can meet sends
+        the unit to the fallback to finish as early as it can (``spot_policy.decide``); one already past is
+        missed and not applied (docs/operators.md).
         """
         from airflow_azureml import deadline as deadlines
         from airflow_azureml import spot_policy
-        from airflow_azureml.exceptions import AzureMLDeadlineError
 
         try:
             planned = spot_policy.deadline_plan(self._inputs(state, None, prices=False))
@@ -137,16 +139,29 @@ class SpotCluster:
             return
         deadline, now = _when(planned.deadline), _when(planned.now)
         work = "unknown" if planned.work_hours is None else f"{planned.work_hours:.3g} h"
+        if planned.verdict == deadlines.VERDICT_INFEASIBLE and planned.hours_left <= 0:
+            self.log.warning(
+                "Deadline %s has passed (now %s): it is missed already and not applied; the unit runs as it would "
+                "without a deadline.",
+                deadline,
+                now,
+            )
+            return
         if planned.verdict == deadlines.VERDICT_INFEASIBLE:
             fastest = "unknown" if planned.fastest_finish is None else _when(planned.fastest_finish)
-            raise AzureMLDeadlineError(
-                f"The deadline {deadline} cannot be met even on dedicated compute: now {now}, work estimate "
-                f"{work}, fastest finish {fastest} ({planned.reason}). Nothing was submitted.",
-                deadline=planned.deadline,
-                now=planned.now,
-                work_hours=planned.work_hours,
-                fastest_finish=planned.fastest_finish,
+            self.log.warning(
+                "Deadline %s cannot be met even on dedicated compute: now %s, work estimate %s (the cluster's "
+                "history), fastest finish %s (%s). %s",
+                deadline,
+                now,
+                work,
+                fastest,
+                planned.reason,
+                "The unit goes to the fallback to finish as early as it can."
+                if self.has_fallback
+                else "With no fallback, it runs on spot.",
             )
+            return
         if planned.verdict == deadlines.VERDICT_UNKNOWN:
             self.log.info("Deadline %s: it cannot be checked yet (%s).", deadline, planned.reason)
             return
