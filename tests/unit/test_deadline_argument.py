@@ -161,7 +161,11 @@ async def missed(**kwargs: Any) -> None:
 def test_the_sdks_own_alert_resolves() -> None:
     deadline = pytest.importorskip("airflow.sdk.definitions.deadline")
     from airflow.sdk import DAG
-    from airflow.sdk.definitions.callback import AsyncCallback
+
+    try:
+        from airflow.sdk.definitions.callback import AsyncCallback
+    except ImportError:  # Airflow 3.1 keeps it beside DeadlineAlert
+        AsyncCallback = deadline.AsyncCallback
 
     alert = deadline.DeadlineAlert(
         reference=deadline.DeadlineReference.DAGRUN_LOGICAL_DATE,
