@@ -517,6 +517,15 @@ def money(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.4f}"
 
 
+def iso_time(epoch: float | None) -> str | None:
+    """An epoch time as the reports carry it: ISO 8601 in UTC, to the second (None stays None)."""
+    if epoch is None:
+        return None
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
+
+
 def _evicted_context(bill: Mapping[str, Any]) -> str:
     """Why evicted node-hours can show when no job was preempted: the cluster is shared, its nodes are billed."""
     if bill.get("evicted_node_hours", 0.0) > 0 and not bill.get("preemptions"):

@@ -208,7 +208,14 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     def _report_cost(self, context: Any, state: ResubmissionState) -> dict[str, Any] | None:
         report = job_cost.report(
-            self.hook, context, state, self._manual_prices, self.log, dag_id=self.dag_id, task_id=self.task_id
+            self.hook,
+            context,
+            state,
+            self._manual_prices,
+            self.log,
+            dag_id=self.dag_id,
+            task_id=self.task_id,
+            deadline=self._deadline_at,
         )
         if report is not None:
             self._cost_report = report

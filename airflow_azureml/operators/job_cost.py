@@ -42,12 +42,16 @@ def report(
     *,
     dag_id: str,
     task_id: str,
+    deadline: float | None = None,
 ) -> dict[str, Any] | None:
     """The chain's estimated bill: to the task log (one block), XCom ``azureml_cost`` and Airflow metrics.
 
     Never fails the task: a price that cannot be read leaves the cost unknown (docs/cost.md). Returns
-    the bill without its raw usage (the OpenLineage facet's).
+    the bill without its raw usage (the OpenLineage facet's). ``deadline`` (epoch seconds) and the time the
+    chain ended as the task saw it go with the bill, so the UI's savings view can show the margin.
     """
+    import time
+
     from airflow_azureml import cost
 
     bill = estimate(hook, state, manual_prices, log)
@@ -60,6 +64,8 @@ def report(
         task_id=task_id,
         map_index=map_index if isinstance(map_index, int) else -1,
         job_names=list(state.job_names),
+        deadline=cost.iso_time(deadline),
+        finished_at=cost.iso_time(time.time()),
         observed=cost.observed(state.usage),
         usage=state.usage,
     )

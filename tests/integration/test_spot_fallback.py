@@ -402,11 +402,12 @@ def test_an_offset_counts_from_the_runs_data_interval_and_a_passed_one_is_not_ap
 
 def test_a_tight_deadline_sends_the_first_job_to_the_fallback(workspace: Emulator, run_case: Any) -> None:
     seed_cluster_history()  # an hour of work; 1.5 h left: no room for a preemption on spot and a redo
+    deadline = in_hours(1.5)
     run, failures = run_case(
         "azureml_invoke_case",
         {
             "fallback_deployment": FALLBACK,
-            "deadline": in_hours(1.5),
+            "deadline": deadline,
             "prices": {"Standard_DS3_v2": {"dedicated": 1.0, "low_priority": 0.2}},
         },
     )
@@ -414,3 +415,7 @@ def test_a_tight_deadline_sends_the_first_job_to_the_fallback(workspace: Emulato
     assert [(d, c) for _, d, c in deployments_of(workspace)] == [(FALLBACK, "dedicated-pool")]
     assert stored_state(run)["fallback_rule"] == "deadline"
     assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
+    # the bill carries the deadline and when the chain ended: the UI's savings view shows the margin (docs/ui.md)
+    report = xcom_value(run, "invoke", key="azureml_cost")
+    assert report["deadline"] == deadline
+    assert time.time() - 600 < datetime.fromisoformat(report["finished_at"]).timestamp() <= time.time()
