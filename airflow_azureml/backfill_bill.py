@@ -111,13 +111,11 @@ class DagRunCostsHook(AirflowRestHook):
         response = self._call("GET", path, params={"map_index": map_index})
         if response.status_code == 404:  # cleared since it was listed
             return None
-        value = self._ok(response, f"read the cost report of {task_id}[{map_index}] in {run_id}").get("value")
-        if isinstance(value, str):  # stored as JSON text by some Airflow versions and XCom backends
-            try:
-                value = json.loads(value)
-            except ValueError:
-                return None
-        return value if isinstance(value, Mapping) else None
+        from airflow_azureml.savings import report_value
+
+        return report_value(
+            self._ok(response, f"read the cost report of {task_id}[{map_index}] in {run_id}").get("value")
+        )
 
     def read(self, dag_id: str, start: datetime, end: datetime, run_type: str | None = None) -> list[RunCosts]:
         runs = {

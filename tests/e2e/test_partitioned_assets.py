@@ -7,11 +7,17 @@ runs too), with every DAG paused at creation: only the chain's are unpaused. The
 while the scoring DAG is still paused (Airflow queues no run of a paused DAG for an event), so only the backfill
 scores; its own latest ``@daily`` run, for a day the ETL never wrote, must skip every task.
 ``example_asset_report`` stays paused: it runs Azure ML command jobs and is not what this file proves.
+
+The savings view (``airflow_azureml.plugins.savings``, docs/ui.md) is tested here too, in headless Chromium on
+this deployment's api-server, with the runs the backfill made: its figures must equal the XCom cost reports.
+The deployment's auth manager (``tests/e2e/savings_auth.py``) lets the user ``outsider`` read no DAG.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +25,10 @@ from typing import Any
 
 import pytest
 
-from airflow_azureml import compat
+from airflow_azureml import compat, cost
+from tests.e2e import browser
 from tests.e2e.conftest import E2E, deployment
+from tests.e2e.harness import REPO
 from tests.e2e.rows import wait_until
 
 # Beside the 3.1/3.2 runs in .ci/run (make test-distributed): inside `make test` its deployment took it 29 s
@@ -48,7 +56,12 @@ def pause(e2e: E2E, dag_id: str, paused: bool) -> None:
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
-    scheduling = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"}
+    scheduling = {
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__CORE__AUTH_MANAGER": "tests.e2e.savings_auth.OutsiderDeniedAuthManager",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    }
     with deployment(tmp_path_factory.mktemp("e2e-partitions"), extra_env=scheduling) as running:
         yield running
 
@@ -117,3 +130,107 @@ def test_a_backfill_of_the_scoring_dag_runs_the_partition_report_once_per_scored
     print(f"backfill to the last partition report run: {elapsed:.0f} s")
     for run in sorted(report_runs, key=lambda r: r["partition_key"]):
         print(run["partition_key"], run["run_id"] if "run_id" in run else run["dag_run_id"], run["state"])
+
+
+def cost_reports(e2e: E2E, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's ``azureml_cost`` XComs, read as an admin through Airflow's REST API."""
+    base = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
+    entries = e2e.airflow.api("GET", f"{base}/~/xcomEntries", params={"xcom_key": cost.COST_XCOM_KEY})
+    reports = []
+    for entry in entries["xcom_entries"]:
+        path = f"{base}/{entry['task_id']}/xcomEntries/{cost.COST_XCOM_KEY}"
+        value = e2e.airflow.api("GET", path, params={"map_index": entry["map_index"]})["value"]
+        reports.append(json.loads(value) if isinstance(value, str) else value)
+    return reports
+
+
+def bill_cards(reports: list[dict[str, Any]]) -> dict[str, str]:
+    """What the view's cards must say of these reports: ``cost.run_bill``'s figures, as the page prints them."""
+    bill = cost.run_bill(reports)
+    hours = bill["node_hours"]
+    return {
+        "jobs": str(len({n for r in reports for n in r["job_names"]})),
+        "preemptions": str(bill["preemptions"]),
+        "spot_node_hours": f"{hours.get('low_priority', 0.0):.4f}",
+        "dedicated_node_hours": f"{hours.get('dedicated', 0.0):.4f}",
+        "cost": cost.money(bill["cost"]),
+        "dedicated_equivalent": cost.money(bill["dedicated_equivalent"]["cost"]),
+        "savings": cost.money(bill["savings"]),
+    }
+
+
+def test_the_savings_view_shows_the_cost_reports_and_nothing_to_a_user_who_cannot_read_the_dag(
+    e2e: E2E, tmp_path: Path
+) -> None:
+    """Needs the backfill of the test above: its runs are the ones the view shows."""
+    base = e2e.airflow.base
+    backfilled = sorted(
+        (r for r in runs(e2e, SCORING) if r["run_type"] == "backfill" and r["state"] == "success"),
+        key=lambda r: r["logical_date"],
+    )
+    assert len(backfilled) == len(BACKFILLED), "the backfill test of this file makes the runs the view shows"
+    reports = {r["dag_run_id"]: cost_reports(e2e, SCORING, r["dag_run_id"]) for r in backfilled}
+    for run_id, found in reports.items():
+        assert len(found) == 2 and all(r["cost"] is not None for r in found), (run_id, found)  # 2 partitions, priced
+    plugins = e2e.airflow.api("GET", "/plugins")["plugins"]
+    assert any(p["name"] == "azureml_savings" for p in plugins), plugins  # loaded through the entry point
+
+    with browser.chromium() as chromium:
+        page = chromium.new_page()
+        # A run's page: one line per task, each figure its own report's
+        for run_id, found in reports.items():
+            response = page.goto(f"{base}/azureml-savings/dags/{SCORING}/runs/{run_id}")
+            assert response is not None and response.status == 200, response and response.text()
+            assert browser.figures(page, '[data-scope="run"]') | bill_cards(found) == browser.figures(
+                page, '[data-scope="run"]'
+            )
+            for report in found:
+                row = browser.figures(page, f'tr[data-task="{report["task_id"]}[{report["map_index"]}]"]')
+                assert row == {
+                    "jobs": str(len(report["job_names"])),
+                    "preemptions": str(report["preemptions"]),
+                    "resubmissions": str(len(report["job_names"]) - 1),
+                    "spot_node_hours": f"{report['node_hours'].get('low_priority', 0.0):.4f}",
+                    "dedicated_node_hours": f"{report['node_hours'].get('dedicated', 0.0):.4f}",
+                    "cost": cost.money(report["cost"]),
+                    "dedicated_equivalent": cost.money(report["dedicated_equivalent"]["cost"]),
+                    "savings": cost.money(report["savings"]),
+                }, report
+        # The DAG's page: a line per run, the chart, and the runs' total
+        response = page.goto(f"{base}/azureml-savings/dags/{SCORING}")
+        assert response is not None and response.status == 200
+        for run_id, found in reports.items():
+            row = browser.figures(page, f'tr[data-run-id="{run_id}"]')
+            assert row["cost"] == bill_cards(found)["cost"] and row["jobs"] == str(len(found)), row
+        shown = [
+            r
+            for run_id in page.eval_on_selector_all("tr[data-run-id]", "els => els.map(e => e.dataset.runId)")
+            for r in (reports.get(run_id) or cost_reports(e2e, SCORING, run_id))
+        ]
+        total = browser.figures(page, '[data-scope="dag"]')
+        assert total | bill_cards(shown) == total
+        assert page.locator('svg[data-figure="chart"] rect').count() == 2 * len(reports)  # cost and all-dedicated
+        first = backfilled[0]["dag_run_id"]
+        page.click(f'tr[data-run-id="{first}"] a')  # a run's line leads to its page
+        page.wait_for_url(f"**/azureml-savings/dags/{SCORING}/runs/**")
+        assert browser.figures(page)["run_id"] == first
+        # The tab in Airflow's own UI: the view in its frame on the DAG's page
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.goto(f"{base}/dags/{SCORING}/plugin/azureml-savings")
+        frame = page.frame_locator("iframe").first
+        frame.locator('[data-scope="dag"] [data-figure="cost"]').wait_for(timeout=60_000)
+        assert frame.locator('[data-scope="dag"] [data-figure="cost"]').inner_text() == total["cost"]
+        shot = tmp_path / "ui_savings.png"
+        page.screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000
+        if os.environ.get("AZUREML_SCREENSHOT_DIR"):  # AZUREML_SCREENSHOT_DIR=docs: the picture in docs/ui.md
+            shutil.copy(shot, Path(os.environ["AZUREML_SCREENSHOT_DIR"]) / shot.name)
+
+        # A user who may not read the DAG: no figure, on either page
+        token = browser.mint_token(e2e.airflow.env, "outsider")
+        outsider = chromium.new_page(extra_http_headers={"Authorization": f"Bearer {token}"})
+        for path in (f"/dags/{SCORING}", f"/dags/{SCORING}/runs/{backfilled[0]['dag_run_id']}"):
+            response = outsider.goto(f"{base}/azureml-savings{path}")
+            assert response is not None and response.status == 403, path
+            assert set(browser.figures(outsider)) == {"message"}, path
+            assert "may not read it" in browser.figures(outsider)["message"]

@@ -54,7 +54,7 @@ def test_importing_operators_hooks_and_dags_does_not_import_the_sdk() -> None:
         "import sys, importlib, pkgutil, runpy\n"
         f"sys.path.insert(0, {str(REPO / 'dags')!r})\n"
         "import airflow_azureml\n"
-        "for pkg in ('hooks', 'operators', 'sensors', 'triggers', 'links'):\n"
+        "for pkg in ('hooks', 'operators', 'sensors', 'triggers', 'links', 'plugins'):\n"
         "    m = importlib.import_module(f'airflow_azureml.{pkg}')\n"
         "    for info in pkgutil.iter_modules(m.__path__):\n"
         "        importlib.import_module(f'airflow_azureml.{pkg}.{info.name}')\n"

@@ -1,0 +1,128 @@
+"""What spot saved, per DAG run and over a DAG's last runs: the figures of the UI's savings view.
+
+Only the job tasks' ``azureml_cost`` reports (``operators.job_cost``) go in, and ``cost.run_bill`` does the
+arithmetic, as for ``airflow azureml bill``: a run's tasks that shared a cluster at the same time are billed
+once for that time. Pure: the plugin (``plugins.savings``) reads the reports and renders these figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from airflow_azureml import cost
+
+
+@dataclass
+class RunReports:
+    """One DAG run and the cost reports its job tasks wrote."""
+
+    run_id: str
+    logical_date: str | None = None
+    run_after: str | None = None
+    state: str | None = None
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: int = 0  # listed reports whose value is gone or not a report (a custom XCom backend's path)
+
+
+def report_value(value: Any) -> dict[str, Any] | None:
+    """An XCom value as the REST API returns it: a report, or None (JSON text is read; anything else is not one)."""
+    if isinstance(value, str):  # stored as JSON text by some Airflow versions and XCom backends
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return dict(value) if isinstance(value, Mapping) else None
+
+
+def _moment(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else None
+
+
+def deadline_margin(reports: Iterable[Mapping[str, Any]]) -> tuple[str | None, float | None]:
+    """The run's deadline (the earliest of its tasks') and its margin in seconds: the deadline minus when the
+    last job chain ended (negative: late). No deadline, or no end known: None."""
+    reports = list(reports)
+    deadlines = [d for d in (_moment(r.get("deadline")) for r in reports) if d is not None]
+    ends = [e for e in (_moment(r.get("finished_at")) for r in reports) if e is not None]
+    if not deadlines:
+        return None, None
+    deadline = min(deadlines)
+    margin = (deadline - max(ends)).total_seconds() if ends else None
+    return deadline.isoformat(timespec="seconds"), margin
+
+
+def task_figures(report: Mapping[str, Any]) -> dict[str, Any]:
+    """One task's line, straight from its report."""
+    names = list(report.get("job_names") or [])
+    hours = report.get("node_hours") or {}
+    return {
+        "task": f"{report.get('task_id')}" + (f"[{report['map_index']}]" if report.get("map_index", -1) != -1 else ""),
+        "jobs": len(names),
+        "resubmissions": max(0, len(names) - 1),
+        "preemptions": int(report.get("preemptions") or 0),
+        "spot_node_hours": float(hours.get("low_priority", 0.0)),
+        "dedicated_node_hours": float(hours.get("dedicated", 0.0)),
+        "cost": report.get("cost"),
+        "dedicated_equivalent": (report.get("dedicated_equivalent") or {}).get("cost"),
+        "savings": report.get("savings"),
+    }
+
+
+def bill_figures(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The figures of a set of reports (one run's, or several runs'), from ``cost.run_bill``."""
+    bill = cost.run_bill(reports)
+    hours = bill.get("node_hours") or {}
+    names = [n for r in reports for n in r.get("job_names") or []]
+    deadline, margin = deadline_margin(reports)
+    sources = sorted(
+        {str(c["price_source"]) for r in reports for c in (r.get("computes") or {}).values() if c.get("price_source")}
+    )
+    return {
+        "reported": bool(reports),
+        "jobs": len(set(names)),
+        "resubmissions": sum(max(0, len(r.get("job_names") or []) - 1) for r in reports),
+        "preemptions": int(bill.get("preemptions") or 0),
+        "spot_node_hours": float(hours.get("low_priority", 0.0)),
+        "dedicated_node_hours": float(hours.get("dedicated", 0.0)),
+        "evicted_node_hours": float(bill.get("evicted_node_hours") or 0.0),
+        "lost_node_hours": float(bill.get("lost_node_hours") or 0.0),
+        "cost": bill.get("cost") if reports else None,  # no report: unknown, not $0
+        "dedicated_equivalent": (bill.get("dedicated_equivalent") or {}).get("cost") if reports else None,
+        "savings": bill.get("savings") if reports else None,
+        "savings_pct": bill.get("savings_pct") if reports else None,
+        "cost_unknown": bill.get("cost_unknown"),
+        "deadline": deadline,
+        "margin_seconds": margin,
+        "price_sources": sources,
+    }
+
+
+def run_figures(run: RunReports) -> dict[str, Any]:
+    """A DAG run's figures, with a line per task."""
+    return {
+        "run_id": run.run_id,
+        "logical_date": run.logical_date,
+        "run_after": run.run_after,
+        "state": run.state,
+        "reports_unreadable": run.unreadable,
+        "tasks": [task_figures(r) for r in run.reports],
+        **bill_figures(run.reports),
+    }
+
+
+def dag_figures(runs: Sequence[RunReports]) -> dict[str, Any]:
+    """The last runs (newest first, as given) and their total: the runs' reports billed together."""
+    return {
+        "runs": [run_figures(run) for run in runs],
+        "total": bill_figures([r for run in runs for r in run.reports]),
+    }
