@@ -48,17 +48,30 @@ def _moment(text: Any) -> datetime | None:
     return moment if moment.tzinfo else None
 
 
-def deadline_margin(reports: Iterable[Mapping[str, Any]]) -> tuple[str | None, float | None]:
-    """The run's deadline (the earliest of its tasks') and its margin in seconds: the deadline minus when the
-    last job chain ended (negative: late). No deadline, or no end known: None."""
-    reports = list(reports)
-    deadlines = [d for d in (_moment(r.get("deadline")) for r in reports) if d is not None]
-    ends = [e for e in (_moment(r.get("finished_at")) for r in reports) if e is not None]
-    if not deadlines:
-        return None, None
-    deadline = min(deadlines)
-    margin = (deadline - max(ends)).total_seconds() if ends else None
-    return deadline.isoformat(timespec="seconds"), margin
+def report_margin(report: Mapping[str, Any]) -> float | None:
+    """One task's margin in seconds: its own deadline minus when its own job chain ended (negative: late).
+    None without a deadline or an end."""
+    deadline, ended = _moment(report.get("deadline")), _moment(report.get("finished_at"))
+    return (deadline - ended).total_seconds() if deadline is not None and ended is not None else None
+
+
+def deadline_margin(reports: Iterable[Mapping[str, Any]]) -> tuple[str | None, float | None, int, int]:
+    """The worst task's deadline and margin (each task against its own deadline), how many tasks were late,
+    and how many had a deadline. Tasks without a deadline do not count."""
+    worst: tuple[float, str] | None = None
+    late = counted = 0
+    for report in reports:
+        margin = report_margin(report)
+        if margin is None:
+            continue
+        counted += 1
+        late += margin < 0
+        if worst is None or margin < worst[0]:
+            moment = _moment(report.get("deadline"))
+            worst = (margin, moment.isoformat(timespec="seconds") if moment else "")
+    if worst is None:
+        return None, None, 0, 0
+    return worst[1], worst[0], late, counted
 
 
 def task_figures(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,6 +88,8 @@ def task_figures(report: Mapping[str, Any]) -> dict[str, Any]:
         "cost": report.get("cost"),
         "dedicated_equivalent": (report.get("dedicated_equivalent") or {}).get("cost"),
         "savings": report.get("savings"),
+        "deadline": report.get("deadline"),
+        "margin_seconds": report_margin(report),
     }
 
 
@@ -83,7 +98,7 @@ def bill_figures(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     bill = cost.run_bill(reports)
     hours = bill.get("node_hours") or {}
     names = [n for r in reports for n in r.get("job_names") or []]
-    deadline, margin = deadline_margin(reports)
+    deadline, margin, late, counted = deadline_margin(reports)
     sources = sorted(
         {str(c["price_source"]) for r in reports for c in (r.get("computes") or {}).values() if c.get("price_source")}
     )
@@ -101,8 +116,10 @@ def bill_figures(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "savings": bill.get("savings") if reports else None,
         "savings_pct": bill.get("savings_pct") if reports else None,
         "cost_unknown": bill.get("cost_unknown"),
-        "deadline": deadline,
-        "margin_seconds": margin,
+        "deadline": deadline,  # the worst task's
+        "margin_seconds": margin,  # the worst task's: each against its own deadline
+        "late": late,  # tasks past their deadline
+        "with_deadline": counted,
         "price_sources": sources,
     }
 
@@ -121,8 +138,17 @@ def run_figures(run: RunReports) -> dict[str, Any]:
 
 
 def dag_figures(runs: Sequence[RunReports]) -> dict[str, Any]:
-    """The last runs (newest first, as given) and their total: the runs' reports billed together."""
-    return {
-        "runs": [run_figures(run) for run in runs],
-        "total": bill_figures([r for run in runs for r in run.reports]),
-    }
+    """The last runs (newest first, as given) and their total: the runs' reports billed together. The
+    total's margin is the worst run's, and ``late`` counts the runs with a task past its deadline."""
+    lines = [run_figures(run) for run in runs]
+    total = bill_figures([r for run in runs for r in run.reports])
+    dated = [line for line in lines if line["margin_seconds"] is not None]
+    worst = min(dated, key=lambda line: line["margin_seconds"]) if dated else None
+    total.update(
+        deadline=worst["deadline"] if worst else None,
+        margin_seconds=worst["margin_seconds"] if worst else None,
+        late=sum(line["margin_seconds"] < 0 for line in dated),
+        with_deadline=len(dated),
+        reports_unreadable=sum(run.unreadable for run in runs),
+    )
+    return {"runs": lines, "total": total}

@@ -51,6 +51,9 @@ PREFIX = "assets"
 POLL_SECONDS = float(os.environ.get("AZUREML_POLL_SECONDS", "30"))
 MAX_POLL_SECONDS = max(POLL_SECONDS, float(os.environ.get("AZUREML_MAX_POLL_SECONDS", "300")))
 RESUBMIT_BACKOFF = float(os.environ.get("AZUREML_RESUBMIT_BACKOFF_SECONDS", "60"))
+# When each partition must be scored by (docs/operators.md, "A deadline for the work"): an ISO-8601 time with
+# its offset (a backfill applies no "+6h"-style offset: its intervals are old by design). Unset: no deadline.
+DEADLINE = os.environ.get("AZUREML_DEADLINE") or None
 START = pendulum.datetime(2026, 11, 1, tz="UTC")
 # The same names, cluster and pool as low_priority_batch_scoring.py: one place each (the YAML, the pool).
 CLUSTER = example_partitions.config_name(CONFIG / "low-pri-cluster.yml")
@@ -196,6 +199,7 @@ with DAG(
         resubmit_backoff=RESUBMIT_BACKOFF,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         outlets=[SCORED],  # one asset event per rendered output, emitted when the job completed
+        deadline=DEADLINE,
         map_index_template="{{ task.job_identity }}",
     ).expand_kwargs(planned := plan())
     # [END howto_assets_invoke_outlets]

@@ -14,6 +14,19 @@ if TYPE_CHECKING:
 from airflow_azureml.cost import COST_XCOM_KEY  # the chain's bill (cost.estimate); cost.run_bill combines a run's
 
 
+def chain_end(state: ResubmissionState) -> float | None:
+    """When the chain's last job ended, by run history (epoch seconds; its usage keeps ``ended_at``), or None."""
+    if not state.job_names:
+        return None
+    last = state.job_names[-1]
+    ends = [
+        s.get("ended_at")
+        for s in (state.usage or {}).get("spans") or []
+        if s.get("job") == last and isinstance(s.get("ended_at"), (int, float))
+    ]
+    return max(ends) if ends else None
+
+
 def estimate(
     hook: AzureMLHook, state: ResubmissionState, manual_prices: dict[str, dict[str, float]], log: logging.Logger
 ) -> dict[str, Any] | None:
@@ -47,8 +60,8 @@ def report(
     """The chain's estimated bill: to the task log (one block), XCom ``azureml_cost`` and Airflow metrics.
 
     Never fails the task: a price that cannot be read leaves the cost unknown (docs/cost.md). Returns
-    the bill without its raw usage (the OpenLineage facet's). ``deadline`` (epoch seconds) and the time the
-    chain ended as the task saw it go with the bill, so the UI's savings view can show the margin.
+    the bill without its raw usage (the OpenLineage facet's). ``deadline`` (epoch seconds) and when the chain
+    ended (``chain_end``, else now) go with the bill, so the UI's savings view can show the margin.
     """
     import time
 
@@ -65,7 +78,7 @@ def report(
         map_index=map_index if isinstance(map_index, int) else -1,
         job_names=list(state.job_names),
         deadline=cost.iso_time(deadline),
-        finished_at=cost.iso_time(time.time()),
+        finished_at=cost.iso_time(chain_end(state) or time.time()),
         observed=cost.observed(state.usage),
         usage=state.usage,
     )

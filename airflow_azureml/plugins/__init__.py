@@ -1,1 +1,1 @@
-"""Airflow plugins shipped with the provider (registered through ``get_provider_info``'s ``plugins``)."""
+"""Airflow plugins shipped with the provider (the package's ``airflow.plugins`` entry point)."""

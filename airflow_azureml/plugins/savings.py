@@ -26,6 +26,8 @@ DEFAULT_RUNS = 25
 MAX_RUNS = 100
 READS_AT_ONCE = 8
 PAGE = 100
+PAGE_TIMEOUT = 60.0  # seconds for all of a page's reads: the in-process transport has no timeout of its own
+COOKIE = "_token"  # Airflow's UI session cookie (base_auth_manager.COOKIE_NAME_JWT_TOKEN)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -38,6 +40,16 @@ class ApiDenied(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(status)
         self.status = status
+
+
+async def all_or_nothing(*awaitables: Awaitable[Any]) -> list[Any]:
+    """``asyncio.gather``, but the first failure cancels the reads still going (a denied page reads no more)."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 class CostReportsReader:
@@ -84,11 +96,13 @@ class CostReportsReader:
             path = f"{run_path}/taskInstances/{quote(str(entry['task_id']), safe='')}/xcomEntries/{COST_XCOM_KEY}"
             try:
                 answer = await self.get(path, map_index=int(entry.get("map_index", -1)))
-            except ApiDenied:  # cleared since it was listed
-                return None
+            except ApiDenied as denied:
+                if denied.status == 404:  # cleared since it was listed: counted as unreadable
+                    return None
+                raise  # a read refused to this person: the page shows nothing, not a smaller bill
             return report_value(answer.get("value"))
 
-        values = await asyncio.gather(*(value(e) for e in entries))
+        values = await all_or_nothing(*(value(e) for e in entries))
         found = RunReports(run["dag_run_id"], run.get("logical_date"), run.get("run_after"), run.get("state"))
         found.reports = sorted(
             (v for v in values if v is not None), key=lambda r: (r.get("task_id"), r.get("map_index"))
@@ -97,12 +111,15 @@ class CostReportsReader:
         return found
 
 
-def credential(headers: Any, cookies: Any) -> str | None:
-    """The person's token as Airflow reads it: an explicit ``Authorization: Bearer`` first, else the UI's cookie."""
+def credential(headers: Any, cookies: Any) -> dict[str, str] | None:
+    """What the person's own request to Airflow's API would carry: an explicit ``Authorization: Bearer`` header
+    first, else the UI's session cookie, forwarded as a cookie so that Airflow's own middleware (its token
+    refresh) treats it as it treats the UI's requests. None: no credential."""
     scheme, _, token = (headers.get("authorization") or "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return cookies.get("_token") or None
+        return {"Authorization": f"Bearer {token.strip()}"}
+    session = cookies.get(COOKIE)
+    return {"Cookie": f"{COOKIE}={session}"} if session else None
 
 
 def build_app(transport: Callable[[Any], Any] | None = None) -> Any:
@@ -120,19 +137,23 @@ def build_app(transport: Callable[[Any], Any] | None = None) -> Any:
     def airflow_transport(request: Request) -> Any:
         if transport is not None:
             return transport(request)
-        return httpx.ASGITransport(app=request.scope[ROOT_APP_KEY])
+        # raise_app_exceptions off: an error inside Airflow's API is its 500 response (the page says so), not
+        # an exception re-raised here
+        return httpx.ASGITransport(app=request.scope[ROOT_APP_KEY], raise_app_exceptions=False)
 
     async def read(request: Request, work: Callable[[CostReportsReader], Awaitable[str]], what: str) -> HTMLResponse:
-        token = credential(request.headers, request.cookies)
-        if token is None:
+        headers = credential(request.headers, request.cookies)
+        if headers is None:
             page = savings_page.message_page("Not signed in", "Sign in to Airflow to see the savings view.")
             return HTMLResponse(page, status_code=401)
-        headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(
             transport=airflow_transport(request), base_url="http://airflow", headers=headers, timeout=30
         ) as client:
             try:
-                return HTMLResponse(await work(CostReportsReader(client)))
+                return HTMLResponse(await asyncio.wait_for(work(CostReportsReader(client)), PAGE_TIMEOUT))
+            except asyncio.TimeoutError:
+                text = f"Airflow's API did not answer the page's reads within {PAGE_TIMEOUT:.0f} s."
+                return HTMLResponse(savings_page.message_page("Airflow's API is slow", text), status_code=504)
             except ApiDenied as denied:
                 text = f"{what} was not found, or you may not read it."
                 status = 401 if denied.status == 401 else 404 if denied.status == 404 else 403
@@ -149,8 +170,10 @@ def build_app(transport: Callable[[Any], Any] | None = None) -> Any:
 
         async def work(reader: CostReportsReader) -> str:
             await reader.check_dag(dag_id)
-            found = await asyncio.gather(*(reader.reports(dag_id, r) for r in await reader.runs(dag_id, limit)))
-            return savings_page.dag_page(dag_id, savings.dag_figures(found), limit)
+            found = await all_or_nothing(*(reader.reports(dag_id, r) for r in await reader.runs(dag_id, limit)))
+            # the arithmetic is CPU work (about a second for 100 runs of long waits): off the event loop
+            figures = await asyncio.to_thread(savings.dag_figures, found)
+            return await asyncio.to_thread(savings_page.dag_page, dag_id, figures, limit)
 
         return await read(request, work, f"DAG {dag_id!r}")
 
@@ -159,7 +182,8 @@ def build_app(transport: Callable[[Any], Any] | None = None) -> Any:
         async def work(reader: CostReportsReader) -> str:
             await reader.check_dag(dag_id)
             found = await reader.reports(dag_id, await reader.run(dag_id, run_id))
-            return savings_page.run_page(dag_id, savings.run_figures(found))
+            figures = await asyncio.to_thread(savings.run_figures, found)
+            return await asyncio.to_thread(savings_page.run_page, dag_id, figures)
 
         return await read(request, work, f"Run {run_id!r} of DAG {dag_id!r}")
 
@@ -189,13 +213,14 @@ class AzureMLSavingsPlugin(AirflowPlugin):
     external_views = [
         {
             "name": "Azure ML savings",
-            "href": URL_PREFIX + "/dags/{DAG_ID}",
+            # relative: the UI resolves it against its <base href>, so a sub-path deployment works too
+            "href": URL_PREFIX.lstrip("/") + "/dags/{DAG_ID}",
             "destination": "dag",
             "url_route": "azureml-savings",
         },
         {
             "name": "Azure ML savings",
-            "href": URL_PREFIX + "/dags/{DAG_ID}/runs/{RUN_ID}",
+            "href": URL_PREFIX.lstrip("/") + "/dags/{DAG_ID}/runs/{RUN_ID}",
             "destination": "dag_run",
             "url_route": "azureml-savings-run",
         },

@@ -55,7 +55,7 @@ def _savings_css(value: float | None) -> str:
     return "" if value is None else ("good" if value >= 0 else "bad")
 
 
-def _cards(figures: Mapping[str, Any]) -> str:
+def _cards(figures: Mapping[str, Any], scope: str) -> str:
     cards = [
         ("jobs", "Jobs", str(figures["jobs"])),
         ("preemptions", "Preemptions", str(figures["preemptions"])),
@@ -69,10 +69,12 @@ def _cards(figures: Mapping[str, Any]) -> str:
         ("savings", "Savings", money(figures["savings"])),
         ("savings_pct", "Savings %", percent(figures["savings_pct"])),
     ]
-    if figures.get("deadline"):
+    if figures.get("with_deadline"):
+        whose = "runs" if scope == "dag" else "tasks"
         cards += [
-            ("deadline", "Deadline", str(figures["deadline"])),
-            ("margin", "Margin", margin(figures["margin_seconds"])),
+            ("deadline", "Deadline" if scope == "run" else "Deadline (worst run)", str(figures["deadline"])),
+            ("margin", "Margin" if scope == "run" else "Worst margin", margin(figures["margin_seconds"])),
+            ("late", f"{whose.capitalize()} late", f"{figures['late']} of {figures['with_deadline']}"),
         ]
     out = []
     for name, label, text in cards:
@@ -88,6 +90,11 @@ def _cards(figures: Mapping[str, Any]) -> str:
 
 def _notes(figures: Mapping[str, Any]) -> str:
     notes = []
+    if figures.get("reports_unreadable"):
+        notes.append(
+            f"{figures['reports_unreadable']} cost reports could not be read (cleared meanwhile, or kept outside "
+            "Airflow's database by a custom XCom backend): the figures leave them out."
+        )
     if figures.get("cost_unknown"):
         notes.append(f"Cost unknown: {figures['cost_unknown']}.")
     if figures.get("price_sources"):
@@ -111,8 +118,13 @@ def chart(runs: Sequence[Mapping[str, Any]], width: int = 720, height: int = 180
     for i, run in enumerate(shown):
         x = 30 + i * slot
         for j, (key, color) in enumerate((("cost", "#2563eb"), ("dedicated_equivalent", "#d1d5db"))):
-            value = run[key] or 0.0
-            h = value / top * height
+            if run[key] is None:  # unknown is not $0: no bar, a question mark
+                parts.append(
+                    f'<text x="{x + j * (bar + 1):.1f}" y="{height:.1f}" font-size="11" data-unknown="{key}">?'
+                    f"<title>{escape(str(run['run_id']))}: {key} unknown</title></text>"
+                )
+                continue
+            h = run[key] / top * height
             parts.append(
                 f'<rect x="{x + j * (bar + 1):.1f}" y="{height - h + 5:.1f}" width="{bar:.1f}" height="{h:.1f}" '
                 f'fill="{color}"><title>{escape(str(run["run_id"]))}: {key} {escape(money(run[key]))}</title></rect>'
@@ -163,7 +175,7 @@ def dag_page(dag_id: str, figures: Mapping[str, Any], limit: int) -> str:
         f"<h1>Azure ML savings: {escape(dag_id)}</h1>"
         f'<p class="muted">The last {len(runs)} runs (at most {limit}), billed together; runs that shared a '
         "cluster at the same time are billed once for that time.</p>"
-        f'<section data-scope="dag">{_cards(figures["total"])}</section>'
+        f'<section data-scope="dag">{_cards(figures["total"], "dag")}</section>'
         f"<h2>Cost over the last runs</h2>{chart(runs)}"
         f"<h2>Runs</h2>{table}{_notes(figures['total'])}"
     )
@@ -184,25 +196,20 @@ def run_page(dag_id: str, run: Mapping[str, Any]) -> str:
             + _cell("cost", money(task["cost"]))
             + _cell("dedicated_equivalent", money(task["dedicated_equivalent"]))
             + _cell("savings", money(task["savings"]), _savings_css(task["savings"]))
+            + _cell("margin", margin(task["margin_seconds"]) if task["deadline"] else "")
             + "</tr>"
         )
     head = (
         "<tr><th>Task</th><th>Jobs</th><th>Preemptions</th><th>Resubmissions</th><th>Spot node-h</th>"
-        "<th>Dedicated node-h</th><th>Cost</th><th>All-dedicated</th><th>Savings</th></tr>"
+        "<th>Dedicated node-h</th><th>Cost</th><th>All-dedicated</th><th>Savings</th><th>Deadline margin</th></tr>"
     )
     table = f"<table>{head}{''.join(rows)}</table>" if rows else '<p class="muted">No job task reported a cost.</p>'
-    unreadable = (
-        f'<p class="muted">{run["reports_unreadable"]} reports could not be read (cleared meanwhile, or kept '
-        "outside Airflow's database by a custom XCom backend): left out.</p>"
-        if run["reports_unreadable"]
-        else ""
-    )
     body = (
         f"<h1>Azure ML savings: {escape(dag_id)}</h1>"
         f'<p data-figure="run_id">{escape(run["run_id"])}</p>'
         f'<p class="muted">State {escape(str(run["state"]))}; the tasks billed together.</p>'
-        f'<section data-scope="run">{_cards(run)}</section>'
-        f"<h2>Tasks</h2>{table}{unreadable}{_notes(run)}"
+        f'<section data-scope="run">{_cards(run, "run")}</section>'
+        f"<h2>Tasks</h2>{table}{_notes(run)}"
     )
     return _page(f"Azure ML savings: {dag_id} {run['run_id']}", body)
 

@@ -7,8 +7,6 @@ Chromium off the network it would otherwise try to reach at start (this machine'
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,16 +41,3 @@ def figures(page: Any, scope: str = "") -> dict[str, str]:
         f"{scope} [data-figure]".strip(), "els => els.map(e => [e.dataset.figure, e.textContent.trim()])"
     )
     return dict(found)
-
-
-def mint_token(env: dict[str, str], username: str) -> str:
-    """A JWT for ``username``, signed as the deployment's api-server signs them (its auth manager and secret)."""
-    code = (
-        "from airflow.api_fastapi.app import create_auth_manager\n"
-        "from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser\n"
-        f"print(create_auth_manager().generate_jwt(SimpleAuthManagerUser(username={username!r}, role='admin')))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    if done.returncode:
-        raise RuntimeError(done.stderr[-2000:])
-    return done.stdout.strip().splitlines()[-1]

@@ -454,9 +454,22 @@ class AirflowDeployment:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
+    def token_for(self, username: str | None = None) -> str:
+        """A token from the api-server: with ``simple_auth_manager_all_admins`` (the default here) anyone's
+        (``GET /auth/token``); else ``username``'s, signed in with its password from the simple auth manager's
+        passwords file, as a person signs in (``POST /auth/token``)."""
+        if username is None:
+            return str(requests.get(f"{self.base}/auth/token", timeout=10).json()["access_token"])
+        passwords = json.loads(Path(self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]).read_text())
+        answer = requests.post(
+            f"{self.base}/auth/token", json={"username": username, "password": passwords[username]}, timeout=10
+        )
+        answer.raise_for_status()
+        return str(answer.json()["access_token"])
+
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
-        if self._token is None:
-            self._token = requests.get(f"{self.base}/auth/token", timeout=10).json()["access_token"]
+        if self._token is None:  # AZUREML_E2E_LOGIN: the user the harness signs in as, where not all are admins
+            self._token = self.token_for(self.env.get("AZUREML_E2E_LOGIN"))
         response = requests.request(
             method,
             f"{self.base}/api/v2{path}",

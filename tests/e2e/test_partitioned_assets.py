@@ -10,22 +10,27 @@ scores; its own latest ``@daily`` run, for a day the ETL never wrote, must skip 
 
 The savings view (``airflow_azureml.plugins.savings``, docs/ui.md) is tested here too, in headless Chromium on
 this deployment's api-server, with the runs the backfill made: its figures must equal the XCom cost reports.
-The deployment's auth manager (``tests/e2e/savings_auth.py``) lets the user ``outsider`` read no DAG.
+This deployment is not all-admins: the harness and the browser sign in (``POST /auth/token``) as ``admin``, and
+its auth manager (``tests/e2e/savings_auth.py``) lets the user ``outsider`` read no DAG. The scoring tasks have
+an absolute deadline (``AZUREML_DEADLINE``, six hours after the deployment started), which a backfill applies.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_azureml import compat, cost
+from airflow_azureml.plugins import savings_page
 from tests.e2e import browser
 from tests.e2e.conftest import E2E, deployment
 from tests.e2e.harness import REPO
@@ -56,13 +61,23 @@ def pause(e2e: E2E, dag_id: str, paused: bool) -> None:
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    base = tmp_path_factory.mktemp("e2e-partitions")
+    passwords = base / "simple_auth_manager_passwords.json"
+    passwords.write_text(json.dumps({"admin": secrets.token_urlsafe(12), "outsider": secrets.token_urlsafe(12)}))
+    deadline = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=6)
     scheduling = {
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        # signed-in users, one of whom may read no DAG (the savings view's test)
         "AIRFLOW__CORE__AUTH_MANAGER": "tests.e2e.savings_auth.OutsiderDeniedAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,outsider:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AZUREML_E2E_LOGIN": "admin",
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+        "AZUREML_DEADLINE": deadline.isoformat(),
     }
-    with deployment(tmp_path_factory.mktemp("e2e-partitions"), extra_env=scheduling) as running:
+    with deployment(base, extra_env=scheduling) as running:
         yield running
 
 
@@ -144,25 +159,39 @@ def cost_reports(e2e: E2E, dag_id: str, run_id: str) -> list[dict[str, Any]]:
     return reports
 
 
+def margin_of(report: dict[str, Any]) -> float:
+    """The report's own deadline minus its chain's end, in seconds (what the view calls its margin)."""
+    return (datetime.fromisoformat(report["deadline"]) - datetime.fromisoformat(report["finished_at"])).total_seconds()
+
+
 def bill_cards(reports: list[dict[str, Any]]) -> dict[str, str]:
-    """What the view's cards must say of these reports: ``cost.run_bill``'s figures, as the page prints them."""
+    """What the view's cards must say of these reports: ``cost.run_bill``'s figures, as the page prints them,
+    and the worst task's deadline margin."""
     bill = cost.run_bill(reports)
     hours = bill["node_hours"]
+    worst = min(reports, key=margin_of)
     return {
         "jobs": str(len({n for r in reports for n in r["job_names"]})),
         "preemptions": str(bill["preemptions"]),
+        "resubmissions": str(sum(len(r["job_names"]) - 1 for r in reports)),
         "spot_node_hours": f"{hours.get('low_priority', 0.0):.4f}",
         "dedicated_node_hours": f"{hours.get('dedicated', 0.0):.4f}",
+        "evicted_node_hours": f"{bill['evicted_node_hours']:.4f}",
+        "lost_node_hours": f"{bill['lost_node_hours']:.4f}",
         "cost": cost.money(bill["cost"]),
         "dedicated_equivalent": cost.money(bill["dedicated_equivalent"]["cost"]),
         "savings": cost.money(bill["savings"]),
+        "savings_pct": f"{bill['savings_pct']:.1f} %",
+        "deadline": datetime.fromisoformat(worst["deadline"]).isoformat(timespec="seconds"),
+        "margin": savings_page.margin(margin_of(worst)),
     }
 
 
 def test_the_savings_view_shows_the_cost_reports_and_nothing_to_a_user_who_cannot_read_the_dag(
     e2e: E2E, tmp_path: Path
 ) -> None:
-    """Needs the backfill of the test above: its runs are the ones the view shows."""
+    """Needs the backfill of the test above: its runs are the ones the view shows. Signed in as a person is,
+    with the UI's session cookie."""
     base = e2e.airflow.base
     backfilled = sorted(
         (r for r in runs(e2e, SCORING) if r["run_type"] == "backfill" and r["state"] == "success"),
@@ -172,18 +201,25 @@ def test_the_savings_view_shows_the_cost_reports_and_nothing_to_a_user_who_canno
     reports = {r["dag_run_id"]: cost_reports(e2e, SCORING, r["dag_run_id"]) for r in backfilled}
     for run_id, found in reports.items():
         assert len(found) == 2 and all(r["cost"] is not None for r in found), (run_id, found)  # 2 partitions, priced
+        assert all(r["deadline"] == e2e.airflow.env["AZUREML_DEADLINE"] for r in found), found  # applied in a backfill
+        assert all(0 < margin_of(r) <= 6 * 3600 for r in found), found
     plugins = e2e.airflow.api("GET", "/plugins")["plugins"]
     assert any(p["name"] == "azureml_savings" for p in plugins), plugins  # loaded through the entry point
 
+    def signed_in(browser_: Any, username: str | None) -> Any:
+        context = browser_.new_context(viewport={"width": 1400, "height": 1000})
+        if username is not None:  # the UI's session cookie, as a sign-in leaves it
+            context.add_cookies([{"name": "_token", "value": e2e.airflow.token_for(username), "url": base}])
+        return context.new_page()
+
     with browser.chromium() as chromium:
-        page = chromium.new_page()
-        # A run's page: one line per task, each figure its own report's
+        page = signed_in(chromium, "admin")
+        # A run's page: one line per task, each figure its own report's; the cards, the run's reports billed together
         for run_id, found in reports.items():
             response = page.goto(f"{base}/azureml-savings/dags/{SCORING}/runs/{run_id}")
             assert response is not None and response.status == 200, response and response.text()
-            assert browser.figures(page, '[data-scope="run"]') | bill_cards(found) == browser.figures(
-                page, '[data-scope="run"]'
-            )
+            cards = browser.figures(page, '[data-scope="run"]')
+            assert cards == {**bill_cards(found), "late": f"0 of {len(found)}"}
             for report in found:
                 row = browser.figures(page, f'tr[data-task="{report["task_id"]}[{report["map_index"]}]"]')
                 assert row == {
@@ -195,27 +231,35 @@ def test_the_savings_view_shows_the_cost_reports_and_nothing_to_a_user_who_canno
                     "cost": cost.money(report["cost"]),
                     "dedicated_equivalent": cost.money(report["dedicated_equivalent"]["cost"]),
                     "savings": cost.money(report["savings"]),
+                    "margin": savings_page.margin(margin_of(report)),
                 }, report
-        # The DAG's page: a line per run, the chart, and the runs' total
+        # The DAG's page: a line per run, the chart, and the total of every run shown
         response = page.goto(f"{base}/azureml-savings/dags/{SCORING}")
         assert response is not None and response.status == 200
         for run_id, found in reports.items():
             row = browser.figures(page, f'tr[data-run-id="{run_id}"]')
-            assert row["cost"] == bill_cards(found)["cost"] and row["jobs"] == str(len(found)), row
-        shown = [
-            r
-            for run_id in page.eval_on_selector_all("tr[data-run-id]", "els => els.map(e => e.dataset.runId)")
-            for r in (reports.get(run_id) or cost_reports(e2e, SCORING, run_id))
-        ]
+            expected = bill_cards(found)
+            assert row == {
+                "state": "success",
+                **{k: expected[k] for k in ("jobs", "preemptions", "resubmissions", "cost", "savings", "margin")},
+                **{k: expected[k] for k in ("spot_node_hours", "dedicated_node_hours", "dedicated_equivalent")},
+            }, row
+        shown = page.eval_on_selector_all("tr[data-run-id]", "els => els.map(e => e.dataset.runId)")
+        everything = [r for run_id in shown for r in (reports.get(run_id) or cost_reports(e2e, SCORING, run_id))]
+        worst_run = min(reports.values(), key=lambda found: min(margin_of(r) for r in found))
         total = browser.figures(page, '[data-scope="dag"]')
-        assert total | bill_cards(shown) == total
+        assert total == {
+            **bill_cards(everything),
+            "deadline": bill_cards(worst_run)["deadline"],
+            "margin": bill_cards(worst_run)["margin"],
+            "late": f"0 of {len(reports)}",  # the runs with a deadline; the @daily run scored nothing
+        }
         assert page.locator('svg[data-figure="chart"] rect').count() == 2 * len(reports)  # cost and all-dedicated
         first = backfilled[0]["dag_run_id"]
         page.click(f'tr[data-run-id="{first}"] a')  # a run's line leads to its page
         page.wait_for_url(f"**/azureml-savings/dags/{SCORING}/runs/**")
         assert browser.figures(page)["run_id"] == first
-        # The tab in Airflow's own UI: the view in its frame on the DAG's page
-        page.set_viewport_size({"width": 1400, "height": 1000})
+        # The tab in Airflow's own UI, signed in by the cookie: the view in its frame on the DAG's page
         page.goto(f"{base}/dags/{SCORING}/plugin/azureml-savings")
         frame = page.frame_locator("iframe").first
         frame.locator('[data-scope="dag"] [data-figure="cost"]').wait_for(timeout=60_000)
@@ -226,11 +270,10 @@ def test_the_savings_view_shows_the_cost_reports_and_nothing_to_a_user_who_canno
         if os.environ.get("AZUREML_SCREENSHOT_DIR"):  # AZUREML_SCREENSHOT_DIR=docs: the picture in docs/ui.md
             shutil.copy(shot, Path(os.environ["AZUREML_SCREENSHOT_DIR"]) / shot.name)
 
-        # A user who may not read the DAG: no figure, on either page
-        token = browser.mint_token(e2e.airflow.env, "outsider")
-        outsider = chromium.new_page(extra_http_headers={"Authorization": f"Bearer {token}"})
-        for path in (f"/dags/{SCORING}", f"/dags/{SCORING}/runs/{backfilled[0]['dag_run_id']}"):
-            response = outsider.goto(f"{base}/azureml-savings{path}")
-            assert response is not None and response.status == 403, path
-            assert set(browser.figures(outsider)) == {"message"}, path
-            assert "may not read it" in browser.figures(outsider)["message"]
+        # A signed-in user who may not read the DAG, and a person not signed in: no figure on either page
+        for who, status in (("outsider", 403), (None, 401)):
+            other = signed_in(chromium, who)
+            for path in (f"/dags/{SCORING}", f"/dags/{SCORING}/runs/{first}"):
+                response = other.goto(f"{base}/azureml-savings{path}")
+                assert response is not None and response.status == status, (who, path)
+                assert set(browser.figures(other)) == {"message"}, (who, path)

@@ -77,16 +77,39 @@ def test_a_run_without_a_report_has_an_unknown_cost_not_zero() -> None:
     assert not figures["reported"] and figures["cost"] is None and figures["savings"] is None
 
 
-def test_the_margin_is_the_earliest_deadline_minus_the_last_end() -> None:
-    reports = [
-        report(["a-1"], T0, T0 + 600, deadline=T0 + 3600, finished=T0 + 700),
-        report(["b-1"], T0, T0 + 900, deadline=T0 + 7200, finished=T0 + 1000),
+def test_each_task_is_measured_against_its_own_deadline_and_the_worst_one_shows() -> None:
+    """Task A met an early deadline, task B a late one: neither is late, whatever the other's end."""
+    met_early = report(["a-1"], T0, T0 + 3000, deadline=T0 + 3600, finished=T0 + 3000)
+    met_late = report(["b-1"], T0, T0 + 10800, map_index=1, deadline=T0 + 14400, finished=T0 + 10800)
+    no_deadline = report(["c-1"], T0, T0 + 7200, map_index=2, finished=T0 + 7200)
+    deadline, margin, late, counted = savings.deadline_margin([met_early, met_late, no_deadline])
+    assert (deadline, margin, late, counted) == (cost.iso_time(T0 + 3600), 600, 0, 2)
+    missed = report(["d-1"], T0, T0 + 700, map_index=3, deadline=T0 + 300, finished=T0 + 700)
+    assert savings.deadline_margin([met_early, missed])[1:] == (-400, 1, 2)
+    assert savings.deadline_margin([no_deadline]) == (None, None, 0, 0)
+    assert savings.task_figures(met_late)["margin_seconds"] == 3600
+
+
+def test_the_dags_margin_is_the_worst_runs_not_the_runs_pooled() -> None:
+    """Two daily runs, each 1000 s ahead of its own deadline: the DAG's worst margin is +1000 s, no run late."""
+    day = 86400
+    runs = [
+        savings.RunReports(
+            f"r{n}",
+            reports=[
+                report(
+                    [f"j{n}"],
+                    T0 + n * day,
+                    T0 + n * day + 600,
+                    deadline=T0 + n * day + 1600,
+                    finished=T0 + n * day + 600,
+                )
+            ],
+        )
+        for n in (1, 0)
     ]
-    deadline, margin = savings.deadline_margin(reports)
-    assert deadline == cost.iso_time(T0 + 3600) and margin == 2600
-    late = [report(["c-1"], T0, T0 + 600, deadline=T0 + 300, finished=T0 + 700)]
-    assert savings.deadline_margin(late)[1] == -400
-    assert savings.deadline_margin([report(["d-1"], T0, T0 + 1)]) == (None, None)
+    total = savings.dag_figures(runs)["total"]
+    assert (total["margin_seconds"], total["late"], total["with_deadline"]) == (1000, 0, 2)
 
 
 @pytest.mark.parametrize(
@@ -125,8 +148,9 @@ def test_a_page_shows_the_deadline_card_only_when_a_report_has_one() -> None:
         savings.RunReports("r", reports=[report(["a"], T0, T0 + 60, deadline=T0 + 3600, finished=T0 + 60)])
     )
     html = savings_page.run_page("d", with_deadline)
-    assert 'data-figure="deadline"' in html and 'data-figure="margin" ' not in html
-    assert re.search(r'data-figure="margin">\+59 min<', html)
+    assert re.search(r'data-figure="deadline">' + re.escape(cost.iso_time(T0 + 3600) or "") + "<", html)
+    assert len(re.findall(r'data-figure="margin"[^>]*>\+59 min<', html)) == 2  # the card and the task's line
+    assert re.search(r'data-figure="late">0 of 1<', html)
     without = savings_page.run_page(
         "d", savings.run_figures(savings.RunReports("r", reports=[report(["a"], T0, T0 + 60)]))
     )
@@ -150,6 +174,8 @@ class FakeAirflow:
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if not token and request.headers.get("cookie", "").startswith("_token="):
+            token = "cookie:" + request.headers["cookie"].removeprefix("_token=")
         self.tokens.append(token)
         if token not in self.allowed:
             return httpx.Response(403, json={"detail": "Forbidden"})
@@ -184,12 +210,12 @@ def client(api: FakeAirflow) -> Any:
 
 def test_the_view_reads_with_the_persons_own_token_header_first_then_cookie() -> None:
     reports = {"r1": [report(["a"], T0, T0 + 3600), json.dumps(report(["b"], T0, T0 + 60, map_index=1)), 404]}
-    api = FakeAirflow(reports, allowed={"alice"})
+    api = FakeAirflow(reports, allowed={"cookie:alice"})
     with client(api) as app:
         page = app.get("/dags/d/runs/r1", cookies={"_token": "alice"})
-        assert page.status_code == 200 and set(api.tokens) == {"alice"}
+        assert page.status_code == 200 and set(api.tokens) == {"cookie:alice"}
         assert 'data-task="score[0]"' in page.text and 'data-task="score[1]"' in page.text
-        assert "1 reports could not be read" in page.text
+        assert "1 cost reports could not be read" in page.text
         bill = cost.run_bill([report(["a"], T0, T0 + 3600), report(["b"], T0, T0 + 60, map_index=1)])
         assert f'data-figure="cost">{cost.money(bill["cost"])}<' in page.text
         api.tokens.clear()
@@ -212,12 +238,12 @@ def test_an_api_failure_is_said_without_the_token() -> None:
     from fastapi.testclient import TestClient
 
     with TestClient(build_app(transport=lambda _r: httpx.MockTransport(broken))) as app:
-        page = app.get("/dags/d", cookies={"_token": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl"})
+        page = app.get("/dags/d", headers={"Authorization": "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl"})
     assert page.status_code == 502 and "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0" not in page.text
 
 
 def test_the_dag_page_caps_the_runs_it_asks_for() -> None:
-    api = FakeAirflow({"r1": []}, allowed={"alice"})
+    api = FakeAirflow({"r1": []}, allowed={"cookie:alice"})
     seen: list[httpx.Request] = []
 
     def recording(request: httpx.Request) -> httpx.Response:
@@ -233,16 +259,22 @@ def test_the_dag_page_caps_the_runs_it_asks_for() -> None:
 
 
 def test_credential_order() -> None:
-    assert credential({"authorization": "Bearer a"}, {"_token": "b"}) == "a"
-    assert credential({"authorization": "Basic eA=="}, {"_token": "b"}) == "b"
+    assert credential({"authorization": "Bearer a"}, {"_token": "b"}) == {"Authorization": "Bearer a"}
+    assert credential({"authorization": "Basic eA=="}, {"_token": "b"}) == {"Cookie": "_token=b"}
     assert credential({}, {}) is None
 
 
-def test_the_plugin_declares_a_tab_per_dag_and_per_run_under_its_app() -> None:
-    views = {v["destination"]: v for v in AzureMLSavingsPlugin.external_views}
-    assert views["dag"]["href"] == "/azureml-savings/dags/{DAG_ID}"
-    assert views["dag_run"]["href"] == "/azureml-savings/dags/{DAG_ID}/runs/{RUN_ID}"
-    assert AzureMLSavingsPlugin.fastapi_apps[0]["url_prefix"] == "/azureml-savings"
+@pytest.mark.parametrize("destination", ["dag", "dag_run"])
+def test_each_tab_opens_a_page_of_the_app_relative_to_the_uis_base(destination: str) -> None:
+    """The UI fills {DAG_ID} and {RUN_ID} (URL-encoded) and resolves the href against its <base href>: so
+    it must be relative, and below the app's mount point it must be one of the app's routes."""
+    (view,) = [v for v in AzureMLSavingsPlugin.external_views if v["destination"] == destination]
+    prefix = AzureMLSavingsPlugin.fastapi_apps[0]["url_prefix"]
+    href = view["href"].replace("{DAG_ID}", "d").replace("{RUN_ID}", "r1")
+    assert not href.startswith("/") and "/" + href.split("/", 1)[0] == prefix
+    api = FakeAirflow({"r1": [report(["a"], T0, T0 + 60)]}, allowed={"cookie:alice"})
+    with client(api) as app:
+        assert app.get("/" + href.split("/", 1)[1], cookies={"_token": "alice"}).status_code == 200
 
 
 def test_the_plugin_is_an_airflow_plugins_entry_point() -> None:
@@ -250,3 +282,67 @@ def test_the_plugin_is_an_airflow_plugins_entry_point() -> None:
 
     (ep,) = [e for e in entry_points(group="airflow.plugins") if e.value.startswith("airflow_azureml")]
     assert ep.load() is AzureMLSavingsPlugin
+
+
+def test_a_value_read_refused_to_the_person_shows_nothing_not_a_smaller_bill() -> None:
+    reports = {"r1": [report(["a"], T0, T0 + 60), report(["b"], T0, T0 + 60, map_index=1)]}
+    api = FakeAirflow(reports, allowed={"alice"})
+
+    def value_forbidden(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/xcomEntries/azureml_cost") and request.url.params["map_index"] == "1":
+            return httpx.Response(403, json={"detail": "Forbidden"})
+        return api(request)
+
+    from fastapi.testclient import TestClient
+
+    with TestClient(build_app(transport=lambda _r: httpx.MockTransport(value_forbidden))) as app:
+        for path in ("/dags/d", "/dags/d/runs/r1"):
+            page = app.get(path, headers={"Authorization": "Bearer alice"})
+            assert page.status_code == 403 and re.findall(r'data-figure="(\w+)"', page.text) == ["message"], path
+
+
+def test_the_dag_page_says_how_many_reports_it_left_out() -> None:
+    api = FakeAirflow({"r1": [report(["a"], T0, T0 + 60), 404], "r2": ["s3://bucket/xcom"]}, allowed={"alice"})
+    with client(api) as app:
+        page = app.get("/dags/d", headers={"Authorization": "Bearer alice"})
+    assert page.status_code == 200 and "2 cost reports could not be read" in page.text
+
+
+def test_an_unknown_cost_is_no_bar_in_the_chart() -> None:
+    run = savings.run_figures(savings.RunReports("r1", reports=[report(["b"], T0, T0 + 60)]))
+    run.update(cost=None)
+    svg = savings_page.chart([run])
+    assert svg.count("<rect") == 1 and 'data-unknown="cost"' in svg
+
+
+def test_an_error_inside_airflows_api_is_a_502_page_and_a_hang_a_504(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from fastapi.testclient import TestClient
+
+    from airflow_azureml.plugins import savings as plugin
+
+    def failing(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, text="Internal Server Error")
+
+    async def hanging(_request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(30)
+        return httpx.Response(200, json={})
+
+    with TestClient(build_app(transport=lambda _r: httpx.MockTransport(failing))) as app:
+        assert app.get("/dags/d", headers={"Authorization": "Bearer a"}).status_code == 502
+    monkeypatch.setattr(plugin, "PAGE_TIMEOUT", 0.2)
+    with TestClient(build_app(transport=lambda _r: httpx.MockTransport(hanging))) as app:
+        page = app.get("/dags/d", headers={"Authorization": "Bearer a"})
+    assert page.status_code == 504 and re.findall(r'data-figure="(\w+)"', page.text) == ["message"]
+
+
+def test_the_report_ends_when_the_chains_last_job_ended_by_run_history() -> None:
+    from airflow_azureml.lifecycle import ResubmissionState
+    from airflow_azureml.operators.job_cost import chain_end
+
+    state = ResubmissionState(key="k", job_names=["j-1", "j-2"])
+    state.usage = {"spans": [{"job": "j-1", "ended_at": T0 + 10}, {"job": "j-2", "ended_at": T0 + 50}, {"job": "j-2"}]}
+    assert chain_end(state) == T0 + 50
+    state.usage = {"spans": [{"job": "j-1", "ended_at": T0 + 10}]}
+    assert chain_end(state) is None  # the last job's end unknown: the report's own time is used
