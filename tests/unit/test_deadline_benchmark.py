@@ -62,3 +62,24 @@ def test_ours_with_a_deadline_never_misses_and_the_optimum_is_a_lower_bound(proc
                 assert cost >= best - 1e-9, name
         assert run_chain(W, hits, deadline, CHAIN_POLICIES["ours+deadline"])[1] <= deadline
         assert run_chain(W, hits, deadline, CHAIN_POLICIES["always-dedicated"])[1] <= deadline
+
+
+def test_the_online_optimum_is_dedicated_without_slack_spot_with_plenty_and_its_expectation_is_its_mean() -> None:
+    from benchmarks.spot_policy import Chain, online_optimum
+
+    tight, expected = online_optimum(W, W.makespan_ticks)  # no room for one lost tick: all dedicated
+    assert expected == pytest.approx(W.units * W.unit_ticks) and tight(Chain(W, W.makespan_ticks))
+    loose, _ = online_optimum(W, 4 * W.makespan_ticks)  # spot at 30 % with plenty of time: spot
+    assert not loose(Chain(W, 4 * W.makespan_ticks))
+    deadline = int(1.5 * W.makespan_ticks)
+    policy, expected = online_optimum(W, deadline)
+    costs, misses = [], 0
+    for rep in range(400):
+        rng = random.Random(f"online/{rep}")
+        hits = next_hits(preemption_times("poisson", rng, 20 * W.makespan_ticks * TICK_HOURS), 20 * W.makespan_ticks)
+        cost, finish, _ = run_chain(W, hits, deadline, policy)
+        costs.append(cost)
+        misses += finish > deadline
+        assert cost >= hindsight_optimum(W, hits, deadline) - 1e-9
+    assert misses == 0
+    assert sum(costs) / len(costs) == pytest.approx(expected, rel=0.05)  # the programme's expectation
