@@ -260,7 +260,11 @@ def _window_seconds(
 
 
 def _attempt_floors(
-    usage: dict[str, Any], total: dict[str, dict[str, float]], useful: dict[str, dict[str, float]], lost: set[str]
+    usage: dict[str, Any],
+    total: dict[str, dict[str, float]],
+    useful: dict[str, dict[str, float]],
+    lost: set[str],
+    window: tuple[float, float] | None = None,
 ) -> None:
     """Node time is at least, at each moment, the nodes of the attempts running then by run history's times
     (``instance_count`` each, one when unknown): the cluster held their nodes whether a read fell inside their
@@ -283,6 +287,10 @@ def _attempt_floors(
         runs[key] = run[1:] if known is None else (min(run[1], known[0]), max(run[2], known[1]), max(run[3], known[2]))
     by_compute: dict[str, list[tuple[str, float, float, int]]] = {}
     for (compute, job), (start, end, nodes) in runs.items():
+        if window is not None:  # only the part of each attempt inside the window
+            start, end = max(start, window[0]), min(end, window[1])
+            if end <= start:
+                continue
         by_compute.setdefault(compute, []).append((job, start, end, nodes))
     for compute, attempts in sorted(by_compute.items()):
         spans = [s for s in usage["spans"] if s.get("compute") == compute and s.get("points") and s.get("end")]
@@ -318,17 +326,19 @@ def estimate(
     *,
     lost_jobs: Iterable[str] = (),
     preemptions: int = 0,
+    window: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The bill of a job chain (or a run): node-hours by tier, evicted node-hours, cost, the all-dedicated
     equivalent and the savings. ``prices``: per compute ``{"dedicated": USD/h, "spot": USD/h, "source"}``
     or None (unknown); ``lost_jobs``: the attempts lost to preemption (not part of the dedicated
-    equivalent). Node time from the reads, and per attempt at least its run time on its nodes as run history
+    equivalent); ``window``: only the node time within these epoch seconds (a price's time in force).
+    Node time from the reads, and per attempt at least its run time on its nodes as run history
     recorded them (``_attempt_floors``). Definitions: docs/cost.md."""
     usage = _valid(usage)
     lost = set(lost_jobs)
-    total = integrate(usage)
-    useful = integrate(usage, exclude=lost)
-    _attempt_floors(usage, total, useful, lost)
+    total = integrate(usage, window=window)
+    useful = integrate(usage, exclude=lost, window=window)
+    _attempt_floors(usage, total, useful, lost, window)
     computes: dict[str, Any] = {}
     hours_by_tier = dict.fromkeys(TIERS, 0.0)
     cost: float | None = 0.0
@@ -355,8 +365,21 @@ def estimate(
             "hourly_price": rate,
             "dedicated_hourly_price": dedicated_rate,
             "price_source": price.get("source"),
+            # from the Retail Prices API: when the rate used took effect, and when it was read
+            "price_effective_from": (price.get("effective_from") or {}).get(
+                "spot" if tier == "low_priority" else "dedicated"
+            ),
+            "price_retrieved_at": price.get("retrieved_at"),
             "cost": entry_cost,
         }
+        took_effect = _epoch(computes[name]["price_effective_from"])
+        first_seen = min(
+            (s["points"][0][0] for s in usage["spans"] if s.get("compute") == name and s.get("points")), default=None
+        )
+        if took_effect is not None and first_seen is not None and took_effect > first_seen and window is None:
+            # the rate took effect after this usage began: its earlier node time is priced at it too (the rate
+            # before is not in this quote; a range's bill over reports that saw both splits it: run_bill)
+            computes[name]["price_changed_during"] = True
         hours_by_tier[tier] += node_seconds / 3600.0
         equivalent_hours += eq_seconds / 3600.0
         if node_seconds > 0 and entry_cost is None:
@@ -371,13 +394,7 @@ def estimate(
     lost_seconds = sum(sum(v for st, v in s.items() if st != "preempted") for s in total.values()) - sum(
         sum(v for st, v in s.items() if st != "preempted") for s in useful.values()
     )
-    savings = None if cost is None or equivalent_cost is None else equivalent_cost - cost
-    if savings is None:
-        pct = None
-    elif equivalent_cost:
-        pct = 100.0 * savings / equivalent_cost
-    else:  # nothing billed either way (a run too short to price): nothing saved, not "unknown"
-        pct = 0.0 if savings == 0 else None
+    savings, pct = _savings(cost, equivalent_cost)
     return {
         "currency": "USD",
         "computes": computes,
@@ -392,6 +409,111 @@ def estimate(
         "savings": savings,
         "savings_pct": pct,
         "cost_unknown": (f"no price for {', '.join(unknown)}" if unknown else None),
+    }
+
+
+def _savings(cost: float | None, equivalent_cost: float | None) -> tuple[float | None, float | None]:
+    """The savings against all-dedicated, and as a percentage of it."""
+    savings = None if cost is None or equivalent_cost is None else equivalent_cost - cost
+    if savings is None:
+        return None, None
+    if equivalent_cost:
+        return savings, 100.0 * savings / equivalent_cost
+    return savings, (0.0 if savings == 0 else None)  # nothing billed either way: nothing saved, not "unknown"
+
+
+def _epoch(text: Any) -> float | None:
+    """An ISO 8601 time (``effectiveStartDate``) as epoch seconds, or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _priced_windows(
+    quotes: Mapping[str, list[dict[str, Any]]],
+) -> list[tuple[tuple[float, float], dict[str, dict[str, Any]]]]:
+    """The times each set of prices was in force: ``((from, to), prices per compute)``, cut where any compute's
+    rate took effect (its quote's ``effective_from``). Before a compute's first known change its earliest
+    known rate applies (the one before is unknown)."""
+
+    def start(q: Mapping[str, Any]) -> float:
+        return q["_from"] if q["_from"] is not None else -math.inf
+
+    cuts = sorted({start(q) for qs in quotes.values() for q in qs} - {-math.inf})
+    edges = [-math.inf, *cuts, math.inf]
+    out = []
+    for a, b in itertools.pairwise(edges):
+        prices = {}
+        for name, qs in quotes.items():
+            in_force = [q for q in qs if start(q) <= a]
+            # the latest to take effect; of equal times (or none known), the one seen last, as one rate would be
+            chosen = max(in_force, key=lambda q: (start(q), qs.index(q))) if in_force else min(qs, key=start)
+            prices[name] = {k: v for k, v in chosen.items() if k != "_from"}
+        out.append(((a, b), prices))
+    return out
+
+
+def _sum_bills(bills: list[dict[str, Any]], windows: list[tuple[float, float]]) -> dict[str, Any]:
+    """One bill from the bills of consecutive windows of the same usage (each priced at its own rates)."""
+    first = bills[0]
+    cost: float | None = 0.0
+    eq_cost: float | None = 0.0
+    computes: dict[str, dict[str, Any]] = {}
+    for (a, _), bill in zip(windows, bills, strict=True):
+        cost = None if cost is None or bill["cost"] is None else cost + bill["cost"]
+        part = bill["dedicated_equivalent"]["cost"]
+        eq_cost = None if eq_cost is None or part is None else eq_cost + part
+        for name, entry in bill["computes"].items():
+            known = computes.get(name)
+            if known is None:
+                known = computes[name] = {
+                    **entry,
+                    "node_seconds": dict.fromkeys(STATES, 0.0),
+                    "node_hours": 0.0,
+                    "price_windows": [],
+                }
+            for state, value in entry["node_seconds"].items():
+                known["node_seconds"][state] = round(known["node_seconds"][state] + value, 3)
+            if entry["node_hours"] <= 0:
+                continue
+            timed = bool(known["price_windows"])  # node time in an earlier window: its cost is a sum
+            known.update({k: v for k, v in entry.items() if k not in ("node_seconds", "node_hours", "cost")})
+            known["node_hours"] += entry["node_hours"]
+            if not timed:
+                known["cost"] = entry["cost"]
+            elif known["cost"] is not None:
+                known["cost"] = None if entry["cost"] is None else known["cost"] + entry["cost"]
+            known["price_windows"].append(
+                {
+                    "from": None if a == -math.inf else iso_time(a),
+                    "hourly_price": entry["hourly_price"],
+                    "node_hours": entry["node_hours"],
+                    "cost": entry["cost"],
+                }
+            )
+    savings, pct = _savings(cost, eq_cost)
+    unknown = sorted({b["cost_unknown"] for b in bills if b.get("cost_unknown")})
+    return {
+        **first,
+        "computes": computes,
+        "node_hours": {t: sum(b["node_hours"][t] for b in bills) for t in TIERS},
+        "node_hours_total": sum(b["node_hours_total"] for b in bills),
+        "evicted_node_hours": sum(b["evicted_node_hours"] for b in bills),
+        "lost_node_hours": sum(b["lost_node_hours"] for b in bills),
+        "cost": cost,
+        "dedicated_equivalent": {
+            "node_hours": sum(b["dedicated_equivalent"]["node_hours"] for b in bills),
+            "cost": eq_cost,
+        },
+        "savings": savings,
+        "savings_pct": pct,
+        "cost_unknown": "; ".join(unknown) or None,
     }
 
 
@@ -457,11 +579,14 @@ def run_bill(task_costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
     """The DAG run's bill from its tasks' ``azureml_cost`` XCom values (``None`` entries are skipped).
 
     The tasks' usage is combined per compute over the union of their times, so two tasks waiting on one
-    cluster at once are not billed twice; each compute is priced as its tasks' reports priced it.
+    cluster at once are not billed twice; each compute is priced as its tasks' reports priced it. Where the
+    reports quote a compute at rates that took effect at different times (a spot price that moved during a
+    backfill), each node-second is priced at the rate in force then (``price_windows``).
     """
     reports = [dict(c) for c in task_costs if isinstance(c, Mapping)]
     usage = combine(r.get("usage") for r in reports)
     prices: dict[str, dict[str, Any]] = {}
+    quotes: dict[str, list[dict[str, Any]]] = {}  # per compute, each distinct rate and since when it applies
     for report in reports:
         for name, entry in (report.get("computes") or {}).items():
             if entry.get("hourly_price") is None and entry.get("dedicated_hourly_price") is None:
@@ -469,10 +594,31 @@ def run_bill(task_costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
             spot = entry.get("hourly_price") if entry.get("tier") == "low_priority" else None
             prices.setdefault(name, {"dedicated": entry.get("dedicated_hourly_price"), "spot": spot})
             prices[name]["source"] = entry.get("price_source")
+            prices[name]["retrieved_at"] = entry.get("price_retrieved_at")
+            tier_key = "spot" if entry.get("tier") == "low_priority" else "dedicated"
+            prices[name]["effective_from"] = {tier_key: entry.get("price_effective_from")}
             if spot is not None:
                 prices[name]["spot"] = spot
+            quote = {
+                "dedicated": entry.get("dedicated_hourly_price"),
+                "spot": spot,
+                "source": entry.get("price_source"),
+                "retrieved_at": entry.get("price_retrieved_at"),
+                "effective_from": {tier_key: entry.get("price_effective_from")},
+                "_from": _epoch(entry.get("price_effective_from")),
+            }
+            known = quotes.setdefault(name, [])
+            same = ("_from", "dedicated", "spot")
+            if not any(all(q[k] == quote[k] for k in same) for q in known):
+                known.append(quote)
     lost = {j for r in reports for j in r.get("lost_jobs") or []}
-    bill = estimate(usage, prices, lost_jobs=lost, preemptions=sum(int(r.get("preemptions") or 0) for r in reports))
+    preemptions = sum(int(r.get("preemptions") or 0) for r in reports)
+    if all(len(q) <= 1 for q in quotes.values()):
+        bill = estimate(usage, prices, lost_jobs=lost, preemptions=preemptions)
+    else:  # a price moved within the runs: each node-second at the rate in force then, as the reports saw it
+        windows = _priced_windows(quotes)
+        bills = [estimate(usage, p, lost_jobs=lost, preemptions=preemptions, window=w) for w, p in windows]
+        bill = _sum_bills(bills, [w for w, _ in windows])
     keys = ("task_id", "map_index", "cost", "savings", "savings_pct", "preemptions")
     bill["tasks"] = [{k: r.get(k) for k in keys} for r in reports]
     return bill
@@ -511,6 +657,19 @@ def metrics(report: Mapping[str, Any]) -> list[tuple[str, str, float, dict[str, 
         if value is not None:
             out.append(("gauge", name, float(value), base))
     return out
+
+
+def price_note(entry: Mapping[str, Any]) -> str:
+    """Which price a compute was billed at, and from when: its source, since when the rate was in force (the
+    Retail Prices API's ``effectiveStartDate``) and when it was read (cached a day)."""
+    parts = [str(entry.get("price_source") or "no price")]
+    if entry.get("price_effective_from"):
+        parts.append(f"rate in force since {entry['price_effective_from']}")
+    if entry.get("price_retrieved_at"):
+        parts.append(f"read {entry['price_retrieved_at']}")
+    if entry.get("price_changed_during"):
+        parts.append("it took effect during this usage, whose earlier node time is priced at it too")
+    return ", ".join(parts)
 
 
 def money(value: float | None) -> str:
@@ -554,10 +713,23 @@ def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
         lines.append(f"  savings            {money(savings)}" + ("" if pct is None else f" ({pct:.1f} %)"))
     for name, entry in sorted((bill.get("computes") or {}).items()):
         rate = entry.get("hourly_price")
+        windows = entry.get("price_windows") or []
+        if len(windows) > 1:  # the price moved: each stretch at the rate in force then
+            lines.append(
+                f"  {name}: {entry.get('tier')} {entry.get('vm_size')} in {entry.get('location')}, "
+                f"{entry.get('node_hours', 0.0):.4f} node-hours at {len(windows)} rates ({price_note(entry)})"
+            )
+            for window in windows:
+                price = window["hourly_price"]
+                lines.append(
+                    f"    from {window['from'] or 'the start'}: {window['node_hours']:.4f} node-hours at "
+                    f"{'unknown' if price is None else f'${price}/h'}, {money(window['cost'])}"
+                )
+            continue
         lines.append(
             f"  {name}: {entry.get('tier')} {entry.get('vm_size')} in {entry.get('location')}, "
             f"{entry.get('node_hours', 0.0):.4f} node-hours at {'unknown' if rate is None else f'${rate}/h'}"
-            f" ({entry.get('price_source') or 'no price'})"
+            f" ({price_note(entry)})"
         )
     if bill.get("cost_unknown"):
         lines.append(f"  cost unknown: {bill['cost_unknown']}")

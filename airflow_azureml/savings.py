@@ -100,7 +100,12 @@ def bill_figures(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     names = [n for r in reports for n in r.get("job_names") or []]
     deadline, margin, late, counted = deadline_margin(reports)
     sources = sorted(
-        {str(c["price_source"]) for r in reports for c in (r.get("computes") or {}).values() if c.get("price_source")}
+        {
+            f"{name}: {cost.price_note(c)}"
+            for r in reports
+            for name, c in (r.get("computes") or {}).items()
+            if c.get("price_source")
+        }
     )
     return {
         "reported": bool(reports),

@@ -399,7 +399,8 @@ class AzureMLHook(BaseHook):
     def price_quote(
         self, vm_size: str, location: str | None, manual: dict[str, dict[str, float]] | None = None
     ) -> dict[str, Any] | None:
-        """Hourly USD rates of one node of ``vm_size`` in ``location``: ``{"dedicated", "spot", "source"}``.
+        """Hourly USD rates of one node of ``vm_size`` in ``location``: ``{"dedicated", "spot", "source"}``, and
+        from the API since when each rate is in force and when it was read (``effective_from``, ``retrieved_at``).
 
         Prices set by hand come first (``manual``: an operator's ``prices``, checked; then the connection's
         ``prices`` extra), else the Retail Prices API at the connection's ``prices_endpoint`` (default
@@ -419,8 +420,18 @@ class AzureMLHook(BaseHook):
             verify=self.settings.connection_verify if endpoint else True,  # a private CA is for a private endpoint
             cache_dir=cache_dir,
         )
-        rates = api.hourly(vm_size, location)
-        return None if rates is None else {**rates, "source": f"Retail Prices API ({api.endpoint})"}
+        quote = api.quote(vm_size, location)
+        if quote is None:
+            return None
+        from airflow_azureml.cost import iso_time
+
+        return {
+            "dedicated": quote["dedicated"],
+            "spot": quote["spot"],
+            "source": f"Retail Prices API ({api.endpoint})",
+            "retrieved_at": iso_time(quote["retrieved_at"]),  # when read from the API (cached a day)
+            "effective_from": {"dedicated": quote.get("dedicated_from"), "spot": quote.get("spot_from")},
+        }
 
     def hourly_prices(
         self, vm_size: str, location: str | None, manual: dict[str, dict[str, float]] | None = None

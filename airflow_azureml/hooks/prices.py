@@ -37,7 +37,7 @@ MAX_PAGES = 20  # one size in one region is one page; a runaway NextPageLink cha
 TIMEOUT = 10.0
 TIERS = ("dedicated", "low_priority")
 
-_MEMORY: dict[tuple[str, str, str], tuple[float, dict[str, float | None]]] = {}
+_MEMORY: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
 _LOCK = threading.Lock()
 
 
@@ -119,6 +119,13 @@ def manual_hourly(prices: Mapping[str, Mapping[str, float]], vm_size: str) -> di
 
 def pick(items: list[dict[str, Any]], sku: str, region: str) -> dict[str, float | None]:
     """The Linux pay-as-you-go and Spot hourly rates of ``sku`` in ``region`` from the API's items."""
+    picked = pick_dated(items, sku, region)
+    return {tier: picked[tier] for tier in ("dedicated", "spot")}
+
+
+def pick_dated(items: list[dict[str, Any]], sku: str, region: str) -> dict[str, Any]:
+    """``pick``'s rates, and since when each is in force (``dedicated_from``, ``spot_from``: the meter's
+    ``effectiveStartDate`` as the API gives it, or None)."""
     best: dict[str, tuple[str, float]] = {}
     for item in items:
         if not isinstance(item, Mapping):
@@ -146,7 +153,9 @@ def pick(items: list[dict[str, Any]], sku: str, region: str) -> dict[str, float 
         start = str(item.get("effectiveStartDate") or "")
         if tier not in best or start > best[tier][0]:  # the rate in force now
             best[tier] = (start, float(price))
-    return {tier: best[tier][1] if tier in best else None for tier in ("dedicated", "spot")}
+    out: dict[str, Any] = {tier: best[tier][1] if tier in best else None for tier in ("dedicated", "spot")}
+    out.update({f"{tier}_from": (best[tier][0] or None) if tier in best else None for tier in ("dedicated", "spot")})
+    return out
 
 
 class RetailPrices:
@@ -170,28 +179,34 @@ class RetailPrices:
 
     def hourly(self, vm_size: str, location: str | None) -> dict[str, float | None] | None:
         """``{"dedicated": USD/h, "spot": USD/h}`` (either may be None), or None when the API cannot be read."""
+        quote = self.quote(vm_size, location)
+        return None if quote is None else {tier: quote[tier] for tier in ("dedicated", "spot")}
+
+    def quote(self, vm_size: str, location: str | None) -> dict[str, Any] | None:
+        """``hourly``'s rates with when each took effect (``dedicated_from``, ``spot_from``) and when they were
+        read from the API (``retrieved_at``, epoch seconds: a cached quote keeps its own), or None."""
         sku, region = arm_sku_name(vm_size), region_name(location)
         key = (f"{self.endpoint}|{self.cache_file or ''}", sku, region)
         now = self.clock()
         with _LOCK:
             cached = _MEMORY.get(key)
         if cached is not None and now - cached[0] < CACHE_SECONDS:
-            return dict(cached[1])
+            return {**cached[1], "retrieved_at": cached[0]}
         from_file = self._read_file(sku, region, now)
         if from_file is not None:
             with _LOCK:
                 _MEMORY[key] = from_file
-            return dict(from_file[1])
+            return {**from_file[1], "retrieved_at": from_file[0]}
         try:
             items = self._fetch(sku, region)
         except Exception as exc:  # network, TLS, 4xx/5xx, a body of another shape: the price is unknown
             log.warning("Could not read prices for %s in %s from %s: %s", sku, region, self.endpoint, exc)
             return None
-        rates = pick(items, sku, region)
+        rates = pick_dated(items, sku, region)
         with _LOCK:
             _MEMORY[key] = (now, rates)
         self._write_file(sku, region, now, rates)
-        return dict(rates)
+        return {**rates, "retrieved_at": now}
 
     def _fetch(self, sku: str, region: str) -> list[dict[str, Any]]:
         query = (
@@ -223,7 +238,7 @@ class RetailPrices:
         return response
 
     # ---------------------------------------------------------------- file cache
-    def _read_file(self, sku: str, region: str, now: float) -> tuple[float, dict[str, float | None]] | None:
+    def _read_file(self, sku: str, region: str, now: float) -> tuple[float, dict[str, Any]] | None:
         if self.cache_file is None:
             return None
         try:
@@ -232,11 +247,12 @@ class RetailPrices:
             fetched = float(entry["fetched"])
             if now - fetched >= CACHE_SECONDS or fetched > now:
                 return None
-            return fetched, {"dedicated": entry.get("dedicated"), "spot": entry.get("spot")}
+            keys = ("dedicated", "spot", "dedicated_from", "spot_from")  # a cache from before has no dates: None
+            return fetched, {k: entry.get(k) for k in keys}
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _write_file(self, sku: str, region: str, now: float, rates: dict[str, float | None]) -> None:
+    def _write_file(self, sku: str, region: str, now: float, rates: dict[str, Any]) -> None:
         """Atomic (a temporary file renamed over the old one); a cache that cannot be written is skipped."""
         if self.cache_file is None:
             return

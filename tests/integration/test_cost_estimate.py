@@ -155,6 +155,13 @@ def test_estimate_is_within_two_percent_of_the_emulators_bill(
     spot_rate = bill["hourly_price"]
     assert entry["tier"] == "low_priority" and entry["hourly_price"] == pytest.approx(spot_rate)
     assert entry["price_source"].startswith("Retail Prices API")
+    # which price and from when: the Spot meter's effectiveStartDate moved with the fixture's price change,
+    # before the run; the quote was read during it (issue 22 section 3)
+    from datetime import datetime
+
+    took_effect = datetime.fromisoformat(entry["price_effective_from"].replace("Z", "+00:00")).timestamp()
+    read_at = datetime.fromisoformat(entry["price_retrieved_at"]).timestamp()
+    assert time.time() - 900 < took_effect <= read_at <= time.time() and not entry.get("price_changed_during")
     assert entry["dedicated_hourly_price"] == pytest.approx(spot_rate / SPOT_RATIO, rel=1e-3)
     estimated_seconds = sum(entry["node_seconds"].values())
     billed_seconds = bill["node_seconds_total"]

@@ -208,6 +208,48 @@ def test_the_shared_time_is_only_claimed_when_runs_overlapped_and_a_price_change
     assert "spot-c: its price changed within the range (hourly_price 0.03-0.06/h)" in text
 
 
+def test_a_price_that_moved_prices_each_node_second_at_the_rate_in_force_then() -> None:
+    """A long backfill sees the spot price move (issue 22 section 3): where the reports say since when each rate
+    was in force, the range bills each stretch at its own rate; without the dates, at one rate (said so)."""
+    from datetime import timedelta
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    t0 = start.timestamp()
+    moved_at = (start + timedelta(hours=1, minutes=30)).isoformat()
+
+    def dated(job: str, begin: float, end: float, rate: float, since: str | None) -> dict[str, Any]:
+        r = report(job, t0 + begin, t0 + end, "score")
+        r["computes"]["spot-c"].update(hourly_price=rate, price_effective_from=since)
+        return r
+
+    old, new = 0.06, 0.03
+    a = RunCosts("a", "2026-01-01", "success", "backfill", [dated("ja", 0, 3600, old, "2024-04-01T00:00:00Z")])
+    b = RunCosts("b", "2026-01-02", "success", "backfill", [dated("jb", 3600, 3 * 3600, new, moved_at)])
+    bill = bill_of_runs([a, b])
+    # two nodes each: the first 1.5 h at the old rate, the last 1.5 h at the new one
+    assert bill["cost"] == pytest.approx(2 * 1.5 * old + 2 * 1.5 * new)
+    windows = bill["computes"]["spot-c"]["price_windows"]
+    assert [(w["from"], w["hourly_price"]) for w in windows] == [
+        ("2024-04-01T00:00:00+00:00", old),
+        ("2026-01-01T01:30:00+00:00", new),
+    ]
+    assert [round(w["node_hours"], 6) for w in windows] == [3.0, 3.0]
+    assert bill["dedicated_equivalent"]["cost"] == pytest.approx(2 * 3 * 0.3)  # pay-as-you-go did not move
+    assert bill["node_hours"]["low_priority"] == pytest.approx(6.0)
+    text = backfill_bill.format_runs(bill, "score", start, start)
+    assert "each node-second is priced at the rate in force then" in text
+    assert "from 2026-01-01T01:30:00+00:00: 3.0000 node-hours at $0.03/h" in cost.format_bill(bill)
+    # without the dates: one rate, and said so
+    undated = bill_of_runs(
+        [
+            RunCosts("a", "2026-01-01", "success", "backfill", [dated("ja", 0, 3600, old, None)]),
+            RunCosts("b", "2026-01-02", "success", "backfill", [dated("jb", 3600, 3 * 3600, new, None)]),
+        ]
+    )
+    assert undated["cost"] == pytest.approx(2 * 3 * new)  # the rate seen last, as before
+    assert "so the range is priced at one rate" in backfill_bill.format_runs(undated, "score", start, start)
+
+
 def test_metrics_of_the_range() -> None:
     run = RunCosts("a", "2026-01-01", "success", "backfill", [report("ja", 0, 3600, "score", preemptions=2)])
     sent = {(name, tuple(sorted(tags.items()))): value for name, value, tags in bill_metrics(bill_of_runs([run]), "d")}

@@ -169,3 +169,78 @@ def test_operator_prices_are_checked_before_any_api_call(monkeypatch: pytest.Mon
     )
     with pytest.raises(AzureMLConfigError, match="above dedicated"):
         op.validate()
+
+
+def test_a_quote_says_since_when_each_rate_is_in_force_and_when_it_was_read(tmp_path: Path) -> None:
+    """The cost report names the price and its time (issue 22 section 3): a spot price change moves the Spot
+    meter's effectiveStartDate, and a cached quote keeps the time it was read, in memory and on file."""
+    book = PriceBook()
+    now = [2_000_000.0]
+    client = prices.RetailPrices(BASE, get=FakeApi(book), cache_dir=tmp_path, clock=lambda: now[0])
+    first = client.quote("Standard_DS3_v2", "eastus")
+    assert first is not None and first["retrieved_at"] == 2_000_000.0
+    assert first["spot_from"] == first["dedicated_from"] == "2024-04-01T00:00:00Z"
+    now[0] += 60
+    assert client.quote("Standard_DS3_v2", "eastus") == first  # from memory: read at the same time
+    prices.clear_memory_cache()
+    assert (
+        prices.RetailPrices(BASE, cache_dir=tmp_path, clock=lambda: now[0]).quote("Standard_DS3_v2", "eastus") == first
+    )
+    book.set_ratio("Standard_DS3_v2", spot=0.5)  # the spot price moves
+    now[0] += prices.CACHE_SECONDS
+    prices.clear_memory_cache()
+    moved = client.quote("Standard_DS3_v2", "eastus")
+    assert moved is not None and moved["spot"] == pytest.approx(0.293 * 0.5) and moved["spot_from"] > "2024-04-01"
+    assert moved["retrieved_at"] == now[0] and client.hourly("Standard_DS3_v2", "eastus") == {
+        "dedicated": 0.293,
+        "spot": pytest.approx(0.293 * 0.5),
+    }
+
+
+def test_the_bill_names_the_price_and_its_time() -> None:
+    from airflow_azureml import cost
+
+    usage = {
+        "v": 1,
+        "computes": {"spot-c": {"vm_size": "STANDARD_DS3_V2", "location": "eastus", "tier": "low_priority"}},
+        "spans": [
+            {"job": "j", "compute": "spot-c", "points": [[0.0, 0, 2, 0, 0, 0, 0]], "end": 3600.0, "statuses": []}
+        ],
+    }
+    quote = {
+        "dedicated": 0.293,
+        "spot": 0.1,
+        "source": "Retail Prices API (https://prices.azure.com)",
+        "retrieved_at": "2026-12-05T22:00:00+00:00",
+        "effective_from": {"dedicated": "2024-04-01T00:00:00Z", "spot": "2026-12-01T00:00:00Z"},
+    }
+    bill = cost.estimate(usage, {"spot-c": quote})
+    entry = bill["computes"]["spot-c"]
+    assert (entry["price_effective_from"], entry["price_retrieved_at"]) == (
+        "2026-12-01T00:00:00Z",
+        "2026-12-05T22:00:00+00:00",
+    )
+    assert "rate in force since 2026-12-01T00:00:00Z, read 2026-12-05T22:00:00+00:00" in cost.format_bill(bill)
+    again = cost.run_bill([{**bill, "usage": usage}])["computes"]["spot-c"]
+    assert (
+        again["price_effective_from"] == "2026-12-01T00:00:00Z" and again["price_retrieved_at"] == quote["retrieved_at"]
+    )
+
+
+def test_a_rate_that_took_effect_during_the_usage_is_said() -> None:
+    from airflow_azureml import cost
+
+    usage = {
+        "v": 1,
+        "computes": {"spot-c": {"vm_size": "STANDARD_DS3_V2", "location": "eastus", "tier": "low_priority"}},
+        "spans": [
+            {"job": "j", "compute": "spot-c", "points": [[1_780_000_000.0, 0, 2, 0, 0, 0, 0]], "end": 1_780_003_600.0}
+        ],
+    }
+    during = cost.iso_time(1_780_001_800.0)
+    bill = cost.estimate(usage, {"spot-c": {"dedicated": 0.3, "spot": 0.1, "effective_from": {"spot": during}}})
+    assert bill["computes"]["spot-c"]["price_changed_during"] is True
+    assert "took effect during this usage" in cost.format_bill(bill)
+    before = cost.iso_time(1_779_000_000.0)
+    bill = cost.estimate(usage, {"spot-c": {"dedicated": 0.3, "spot": 0.1, "effective_from": {"spot": before}}})
+    assert "price_changed_during" not in bill["computes"]["spot-c"]

@@ -69,7 +69,7 @@ def test_a_runs_figures_are_its_reports_billed_together() -> None:
     assert figures["spot_node_hours"] == pytest.approx(bill["node_hours"]["low_priority"])
     assert [t["task"] for t in figures["tasks"]] == ["score[0]", "score[1]"]
     assert figures["tasks"][0]["cost"] == reports[0]["cost"] and figures["tasks"][0]["resubmissions"] == 1
-    assert figures["price_sources"] == ["manual"]
+    assert figures["price_sources"] == ["spot-c: manual"]
 
 
 def test_a_run_without_a_report_has_an_unknown_cost_not_zero() -> None:
