@@ -175,8 +175,8 @@ def bill_of_runs(runs: Sequence[RunCosts]) -> dict[str, Any]:
 
 
 def price_changes(reports: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """Computes whose hourly price differs between reports. Where the reports say since when each rate was in
-    force (the Retail Prices API's), ``cost.run_bill`` prices each node-second at the rate in force then;
+    """Computes whose hourly price differs between reports. Where every report says since when its rates were
+    in force (the Retail Prices API's), ``cost.run_bill`` prices each node-second at the rate in force then;
     otherwise at one rate, and over a long backfill whose spot price moved the total is approximate."""
     seen: dict[str, dict[str, set[float]]] = {}
     for report in reports:
@@ -239,11 +239,12 @@ def format_runs(bill: Mapping[str, Any], dag_id: str, start: datetime, end: date
         )
     for name, kinds in (bill.get("price_changes") or {}).items():
         rates = "; ".join(f"{kind} {min(v)}-{max(v)}/h" for kind, v in kinds.items())
-        dated = len((bill.get("computes") or {}).get(name, {}).get("price_windows") or []) > 1
+        undated = (bill.get("computes") or {}).get(name, {}).get("price_undated")
         how = (
-            "each node-second is priced at the rate in force then (the reports say since when)"
-            if dated
-            else "the reports do not say since when, so the range is priced at one rate"
+            "not every report says since when its rate was in force, so the range is priced at one rate, the "
+            "one seen last: approximate"
+            if undated
+            else "each node-second is priced at the rate in force then (the reports say since when)"
         )
         lines.append(f"  {name}: its price changed within the range ({rates}); {how}")
     return "\n".join(lines)

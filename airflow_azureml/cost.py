@@ -264,7 +264,7 @@ def _attempt_floors(
     total: dict[str, dict[str, float]],
     useful: dict[str, dict[str, float]],
     lost: set[str],
-    window: tuple[float, float] | None = None,
+    added: list[tuple[str, float, float, float, float]] | None = None,
 ) -> None:
     """Node time is at least, at each moment, the nodes of the attempts running then by run history's times
     (``instance_count`` each, one when unknown): the cluster held their nodes whether a read fell inside their
@@ -276,7 +276,8 @@ def _attempt_floors(
     inside the stretch its states stand and only node time the reads missed is added as running; where none
     did, the line between the reads on either side says nothing of its states, so up to the floor its
     evicted node time counts as the attempts' running nodes. The added time goes to the dedicated equivalent
-    in the share of the attempts that were not lost. docs/cost.md states the error bound."""
+    in the share of the attempts that were not lost. ``added``, when given, collects what each stretch added,
+    for ``_window_shares``. docs/cost.md states the error bound."""
     runs: dict[tuple[str, str], tuple[float, float, int]] = {}
     for span in usage["spans"]:
         run = _run_of(span)
@@ -287,10 +288,6 @@ def _attempt_floors(
         runs[key] = run[1:] if known is None else (min(run[1], known[0]), max(run[2], known[1]), max(run[3], known[2]))
     by_compute: dict[str, list[tuple[str, float, float, int]]] = {}
     for (compute, job), (start, end, nodes) in runs.items():
-        if window is not None:  # only the part of each attempt inside the window
-            start, end = max(start, window[0]), min(end, window[1])
-            if end <= start:
-                continue
         by_compute.setdefault(compute, []).append((job, start, end, nodes))
     for compute, attempts in sorted(by_compute.items()):
         spans = [s for s in usage["spans"] if s.get("compute") == compute and s.get("points") and s.get("end")]
@@ -318,6 +315,8 @@ def _attempt_floors(
             here["preempted"] = max(0.0, here["preempted"] - moved)
             share = sum(n for job, n in active if job not in lost) / sum(n for _, n in active)
             kept["running"] += running * share
+            if added is not None:  # (compute, from, to, node time added, all-dedicated node time added)
+                added.append((compute, a, b, running - moved, running * share))
 
 
 def estimate(
@@ -326,19 +325,21 @@ def estimate(
     *,
     lost_jobs: Iterable[str] = (),
     preemptions: int = 0,
-    window: tuple[float, float] | None = None,
+    timelines: Mapping[str, Mapping[str, list[tuple[float, float | None]]]] | None = None,
 ) -> dict[str, Any]:
     """The bill of a job chain (or a run): node-hours by tier, evicted node-hours, cost, the all-dedicated
     equivalent and the savings. ``prices``: per compute ``{"dedicated": USD/h, "spot": USD/h, "source"}``
     or None (unknown); ``lost_jobs``: the attempts lost to preemption (not part of the dedicated
-    equivalent); ``window``: only the node time within these epoch seconds (a price's time in force).
+    equivalent); ``timelines``: per compute, rates that changed over time (``rate_timelines``), so that each
+    node-second is priced at the rate in force then; the node time itself does not depend on them.
     Node time from the reads, and per attempt at least its run time on its nodes as run history
     recorded them (``_attempt_floors``). Definitions: docs/cost.md."""
     usage = _valid(usage)
     lost = set(lost_jobs)
-    total = integrate(usage, window=window)
-    useful = integrate(usage, exclude=lost, window=window)
-    _attempt_floors(usage, total, useful, lost, window)
+    total = integrate(usage)
+    useful = integrate(usage, exclude=lost)
+    added: list[tuple[str, float, float, float, float]] = []
+    _attempt_floors(usage, total, useful, lost, added)
     computes: dict[str, Any] = {}
     hours_by_tier = dict.fromkeys(TIERS, 0.0)
     cost: float | None = 0.0
@@ -356,6 +357,12 @@ def estimate(
         kept = useful.get(name, {})
         eq_seconds = sum(v for s, v in kept.items() if s != "preempted")
         entry_cost = None if rate is None else node_seconds * rate / 3600.0
+        windows: list[dict[str, Any]] = []
+        timeline = (timelines or {}).get(name)
+        if timeline and node_seconds > 0:
+            windows = _priced_windows(usage, name, lost, added, timeline)
+            rate, dedicated_rate = windows[-1]["hourly_price"], windows[-1]["dedicated_hourly_price"]
+            entry_cost = None if any(w["cost"] is None for w in windows) else sum(w["cost"] for w in windows)
         computes[name] = {
             "vm_size": info.get("vm_size"),
             "location": info.get("location"),
@@ -369,14 +376,17 @@ def estimate(
             "price_effective_from": (price.get("effective_from") or {}).get(
                 "spot" if tier == "low_priority" else "dedicated"
             ),
+            "dedicated_price_effective_from": (price.get("effective_from") or {}).get("dedicated"),
             "price_retrieved_at": price.get("retrieved_at"),
             "cost": entry_cost,
         }
+        if len(windows) > 1:
+            computes[name]["price_windows"] = windows
         took_effect = _epoch(computes[name]["price_effective_from"])
         first_seen = min(
             (s["points"][0][0] for s in usage["spans"] if s.get("compute") == name and s.get("points")), default=None
         )
-        if took_effect is not None and first_seen is not None and took_effect > first_seen and window is None:
+        if took_effect is not None and first_seen is not None and took_effect > first_seen and not windows:
             # the rate took effect after this usage began: its earlier node time is priced at it too (the rate
             # before is not in this quote; a range's bill over reports that saw both splits it: run_bill)
             computes[name]["price_changed_during"] = True
@@ -386,7 +396,10 @@ def estimate(
             unknown.append(name)
         cost = None if cost is None or (entry_cost is None and node_seconds > 0) else cost + (entry_cost or 0.0)
         if equivalent_cost is not None:
-            if dedicated_rate is None and eq_seconds > 0:
+            if windows:
+                parts = [w["dedicated_equivalent_cost"] for w in windows]
+                equivalent_cost = None if any(p is None for p in parts) else equivalent_cost + sum(parts)
+            elif dedicated_rate is None and eq_seconds > 0:
                 equivalent_cost = None
             else:
                 equivalent_cost += eq_seconds * (dedicated_rate or 0.0) / 3600.0
@@ -435,86 +448,92 @@ def _epoch(text: Any) -> float | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
+def rate_at(timeline: list[tuple[float, float | None]], t: float) -> float | None:
+    """The rate in force at ``t`` in ``[(since, rate), ...]`` (in the order the reports were read): the latest
+    to take effect by ``t``, of equal times the one read last; before the earliest, the earliest one."""
+    in_force = [(since, i) for i, (since, _) in enumerate(timeline) if since <= t]
+    if not in_force:
+        first = min(since for since, _ in timeline)
+        in_force = [(since, i) for i, (since, _) in enumerate(timeline) if since == first]
+    return timeline[max(in_force)[1]][1]
+
+
 def _priced_windows(
-    quotes: Mapping[str, list[dict[str, Any]]],
-) -> list[tuple[tuple[float, float], dict[str, dict[str, Any]]]]:
-    """The times each set of prices was in force: ``((from, to), prices per compute)``, cut where any compute's
-    rate took effect (its quote's ``effective_from``). Before a compute's first known change its earliest
-    known rate applies (the one before is unknown)."""
+    usage: dict[str, Any],
+    compute: str,
+    lost: set[str],
+    added: list[tuple[str, float, float, float, float]],
+    timeline: Mapping[str, list[tuple[float, float | None]]],
+) -> list[dict[str, Any]]:
+    """``compute``'s node time cut where one of its rates took effect, each stretch priced at the rates in force
+    then: ``{"from", "hourly_price", "dedicated_hourly_price", "node_hours", "cost", "dedicated_equivalent_cost"}``
+    for each stretch with node time, adjacent stretches at the same rates merged.
 
-    def start(q: Mapping[str, Any]) -> float:
-        return q["_from"] if q["_from"] is not None else -math.inf
-
-    cuts = sorted({start(q) for qs in quotes.values() for q in qs} - {-math.inf})
-    edges = [-math.inf, *cuts, math.inf]
-    out = []
-    for a, b in itertools.pairwise(edges):
-        prices = {}
-        for name, qs in quotes.items():
-            in_force = [q for q in qs if start(q) <= a]
-            # the latest to take effect; of equal times (or none known), the one seen last, as one rate would be
-            chosen = max(in_force, key=lambda q: (start(q), qs.index(q))) if in_force else min(qs, key=start)
-            prices[name] = {k: v for k, v in chosen.items() if k != "_from"}
-        out.append(((a, b), prices))
+    The node time of a stretch is the reads' there (an integral, exact over any cut) plus the share of each
+    attempt floor's added time that falls in it (by time: where in a floor's stretch the reads missed the nodes
+    is not known), so the stretches add up to the unwindowed node time exactly."""
+    cuts = sorted({since for rates in timeline.values() for since, _ in rates if math.isfinite(since)})
+    out: list[dict[str, Any]] = []
+    for a, b in itertools.pairwise([-math.inf, *cuts, math.inf]):
+        seconds = sum(integrate(usage, window=(a, b)).get(compute, {}).values())
+        kept = sum(
+            v for s, v in integrate(usage, exclude=lost, window=(a, b)).get(compute, {}).items() if s != "preempted"
+        )
+        for name, start, end, more, more_kept in added:
+            overlap = min(end, b) - max(start, a)
+            if name == compute and overlap > 0 and end > start:
+                seconds += more * overlap / (end - start)
+                kept += more_kept * overlap / (end - start)
+        if seconds <= 0 and kept <= 0:
+            continue
+        rate, dedicated = rate_at(timeline["rate"], a), rate_at(timeline["dedicated"], a)
+        stretch = {
+            "from": None if a == -math.inf else iso_time(a),
+            "hourly_price": rate,
+            "dedicated_hourly_price": dedicated,
+            "node_hours": seconds / 3600.0,
+            "cost": None if rate is None else seconds * rate / 3600.0,
+            "dedicated_equivalent_cost": None if dedicated is None else kept * dedicated / 3600.0,
+        }
+        last = out[-1] if out else None
+        if last and (last["hourly_price"], last["dedicated_hourly_price"]) == (rate, dedicated):
+            last["node_hours"] += stretch["node_hours"]
+            for key in ("cost", "dedicated_equivalent_cost"):
+                last[key] = None if last[key] is None or stretch[key] is None else last[key] + stretch[key]
+        else:
+            out.append(stretch)
     return out
 
 
-def _sum_bills(bills: list[dict[str, Any]], windows: list[tuple[float, float]]) -> dict[str, Any]:
-    """One bill from the bills of consecutive windows of the same usage (each priced at its own rates)."""
-    first = bills[0]
-    cost: float | None = 0.0
-    eq_cost: float | None = 0.0
-    computes: dict[str, dict[str, Any]] = {}
-    for (a, _), bill in zip(windows, bills, strict=True):
-        cost = None if cost is None or bill["cost"] is None else cost + bill["cost"]
-        part = bill["dedicated_equivalent"]["cost"]
-        eq_cost = None if eq_cost is None or part is None else eq_cost + part
-        for name, entry in bill["computes"].items():
-            known = computes.get(name)
-            if known is None:
-                known = computes[name] = {
-                    **entry,
-                    "node_seconds": dict.fromkeys(STATES, 0.0),
-                    "node_hours": 0.0,
-                    "price_windows": [],
-                }
-            for state, value in entry["node_seconds"].items():
-                known["node_seconds"][state] = round(known["node_seconds"][state] + value, 3)
-            if entry["node_hours"] <= 0:
+def rate_timelines(reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, dict[str, list[Any]]], set[str]]:
+    """Per compute, the rates its reports quote and since when (``{"rate": [(since, USD/h)], "dedicated":
+    [...]}``), for ``estimate(timelines=...)``; and the computes priced at one rate instead, because a report
+    does not say since when its rate was in force (prices set by hand, a report from before)."""
+    timelines: dict[str, dict[str, list[Any]]] = {}
+    undated: set[str] = set()
+    for report in reports:
+        for name, entry in (report.get("computes") or {}).items():
+            if entry.get("hourly_price") is None and entry.get("dedicated_hourly_price") is None:
                 continue
-            timed = bool(known["price_windows"])  # node time in an earlier window: its cost is a sum
-            known.update({k: v for k, v in entry.items() if k not in ("node_seconds", "node_hours", "cost")})
-            known["node_hours"] += entry["node_hours"]
-            if not timed:
-                known["cost"] = entry["cost"]
-            elif known["cost"] is not None:
-                known["cost"] = None if entry["cost"] is None else known["cost"] + entry["cost"]
-            known["price_windows"].append(
-                {
-                    "from": None if a == -math.inf else iso_time(a),
-                    "hourly_price": entry["hourly_price"],
-                    "node_hours": entry["node_hours"],
-                    "cost": entry["cost"],
-                }
-            )
-    savings, pct = _savings(cost, eq_cost)
-    unknown = sorted({b["cost_unknown"] for b in bills if b.get("cost_unknown")})
-    return {
-        **first,
-        "computes": computes,
-        "node_hours": {t: sum(b["node_hours"][t] for b in bills) for t in TIERS},
-        "node_hours_total": sum(b["node_hours_total"] for b in bills),
-        "evicted_node_hours": sum(b["evicted_node_hours"] for b in bills),
-        "lost_node_hours": sum(b["lost_node_hours"] for b in bills),
-        "cost": cost,
-        "dedicated_equivalent": {
-            "node_hours": sum(b["dedicated_equivalent"]["node_hours"] for b in bills),
-            "cost": eq_cost,
-        },
-        "savings": savings,
-        "savings_pct": pct,
-        "cost_unknown": "; ".join(unknown) or None,
+            pairs = {
+                "rate": (_epoch(entry.get("price_effective_from")), entry.get("hourly_price")),
+                "dedicated": (_epoch(entry.get("dedicated_price_effective_from")), entry.get("dedicated_hourly_price")),
+            }
+            if any(since is None for since, _ in pairs.values()):
+                undated.add(name)
+                continue
+            line = timelines.setdefault(name, {"rate": [], "dedicated": []})
+            for kind, pair in pairs.items():
+                line[kind].append(pair)
+    for name in undated:
+        timelines.pop(name, None)
+    # a compute whose rates never changed needs no timeline
+    changed = {
+        name: line
+        for name, line in timelines.items()
+        if len({rate for _, rate in line["rate"]}) > 1 or len({rate for _, rate in line["dedicated"]}) > 1
     }
+    return changed, undated
 
 
 # ----------------------------------------------------- observations for policies
@@ -586,39 +605,29 @@ def run_bill(task_costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
     reports = [dict(c) for c in task_costs if isinstance(c, Mapping)]
     usage = combine(r.get("usage") for r in reports)
     prices: dict[str, dict[str, Any]] = {}
-    quotes: dict[str, list[dict[str, Any]]] = {}  # per compute, each distinct rate and since when it applies
     for report in reports:
         for name, entry in (report.get("computes") or {}).items():
             if entry.get("hourly_price") is None and entry.get("dedicated_hourly_price") is None:
                 continue
             spot = entry.get("hourly_price") if entry.get("tier") == "low_priority" else None
             prices.setdefault(name, {"dedicated": entry.get("dedicated_hourly_price"), "spot": spot})
+            if entry.get("dedicated_hourly_price") is not None:  # the rates seen last, where no date orders them
+                prices[name]["dedicated"] = entry["dedicated_hourly_price"]
             prices[name]["source"] = entry.get("price_source")
             prices[name]["retrieved_at"] = entry.get("price_retrieved_at")
             tier_key = "spot" if entry.get("tier") == "low_priority" else "dedicated"
-            prices[name]["effective_from"] = {tier_key: entry.get("price_effective_from")}
+            prices[name]["effective_from"] = {
+                tier_key: entry.get("price_effective_from"),
+                "dedicated": entry.get("dedicated_price_effective_from"),
+            }
             if spot is not None:
                 prices[name]["spot"] = spot
-            quote = {
-                "dedicated": entry.get("dedicated_hourly_price"),
-                "spot": spot,
-                "source": entry.get("price_source"),
-                "retrieved_at": entry.get("price_retrieved_at"),
-                "effective_from": {tier_key: entry.get("price_effective_from")},
-                "_from": _epoch(entry.get("price_effective_from")),
-            }
-            known = quotes.setdefault(name, [])
-            same = ("_from", "dedicated", "spot")
-            if not any(all(q[k] == quote[k] for k in same) for q in known):
-                known.append(quote)
     lost = {j for r in reports for j in r.get("lost_jobs") or []}
     preemptions = sum(int(r.get("preemptions") or 0) for r in reports)
-    if all(len(q) <= 1 for q in quotes.values()):
-        bill = estimate(usage, prices, lost_jobs=lost, preemptions=preemptions)
-    else:  # a price moved within the runs: each node-second at the rate in force then, as the reports saw it
-        windows = _priced_windows(quotes)
-        bills = [estimate(usage, p, lost_jobs=lost, preemptions=preemptions, window=w) for w, p in windows]
-        bill = _sum_bills(bills, [w for w, _ in windows])
+    timelines, undated = rate_timelines(reports)
+    bill = estimate(usage, prices, lost_jobs=lost, preemptions=preemptions, timelines=timelines)
+    for name in undated & set(bill["computes"]):
+        bill["computes"][name]["price_undated"] = True  # priced at one rate, the one seen last
     keys = ("task_id", "map_index", "cost", "savings", "savings_pct", "preemptions")
     bill["tasks"] = [{k: r.get(k) for k in keys} for r in reports]
     return bill
@@ -720,10 +729,11 @@ def format_bill(bill: Mapping[str, Any], title: str = "Azure ML cost") -> str:
                 f"{entry.get('node_hours', 0.0):.4f} node-hours at {len(windows)} rates ({price_note(entry)})"
             )
             for window in windows:
-                price = window["hourly_price"]
+                price, payg = window["hourly_price"], window["dedicated_hourly_price"]
                 lines.append(
                     f"    from {window['from'] or 'the start'}: {window['node_hours']:.4f} node-hours at "
-                    f"{'unknown' if price is None else f'${price}/h'}, {money(window['cost'])}"
+                    f"{'unknown' if price is None else f'${price}/h'}, {money(window['cost'])} "
+                    f"(pay-as-you-go {'unknown' if payg is None else f'${payg}/h'})"
                 )
             continue
         lines.append(

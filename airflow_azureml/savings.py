@@ -99,14 +99,14 @@ def bill_figures(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     hours = bill.get("node_hours") or {}
     names = [n for r in reports for n in r.get("job_names") or []]
     deadline, margin, late, counted = deadline_margin(reports)
-    sources = sorted(
-        {
-            f"{name}: {cost.price_note(c)}"
-            for r in reports
-            for name, c in (r.get("computes") or {}).items()
-            if c.get("price_source")
-        }
-    )
+    latest: dict[str, Mapping[str, Any]] = {}  # per compute, the price read last (one line, however many reads)
+    for r in reports:
+        for name, c in (r.get("computes") or {}).items():
+            if c.get("price_source") and str(c.get("price_retrieved_at") or "") >= str(
+                (latest.get(name) or {}).get("price_retrieved_at") or ""
+            ):
+                latest[name] = c
+    sources = [f"{name}: {cost.price_note(c)}" for name, c in sorted(latest.items())]
     return {
         "reported": bool(reports),
         "jobs": len(set(names)),

@@ -219,7 +219,11 @@ def test_a_price_that_moved_prices_each_node_second_at_the_rate_in_force_then() 
 
     def dated(job: str, begin: float, end: float, rate: float, since: str | None) -> dict[str, Any]:
         r = report(job, t0 + begin, t0 + end, "score")
-        r["computes"]["spot-c"].update(hourly_price=rate, price_effective_from=since)
+        r["computes"]["spot-c"].update(
+            hourly_price=rate,
+            price_effective_from=since,
+            dedicated_price_effective_from="2024-04-01T00:00:00Z" if since else None,
+        )
         return r
 
     old, new = 0.06, 0.03
@@ -248,6 +252,78 @@ def test_a_price_that_moved_prices_each_node_second_at_the_rate_in_force_then() 
     )
     assert undated["cost"] == pytest.approx(2 * 3 * new)  # the rate seen last, as before
     assert "so the range is priced at one rate" in backfill_bill.format_runs(undated, "score", start, start)
+    # one report without dates among dated ones: the compute is priced at one rate, the one seen last
+    mixed = bill_of_runs(
+        [a, RunCosts("b", "2026-01-02", "success", "backfill", [dated("jb", 3600, 3 * 3600, new, None)])]
+    )
+    assert mixed["cost"] == pytest.approx(2 * 3 * new) and mixed["computes"]["spot-c"]["price_undated"]
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+
+
+def priced(r: dict[str, Any], rate: float, since: float, payg: float = 0.3, payg_since: float = 0.0) -> dict[str, Any]:
+    """A report quoting ``rate`` (spot) since ``since`` and pay-as-you-go ``payg`` since ``payg_since`` (epoch)."""
+    r["computes"]["spot-c"].update(
+        hourly_price=rate,
+        price_effective_from=cost.iso_time(since),
+        dedicated_hourly_price=payg,
+        dedicated_price_effective_from=cost.iso_time(payg_since),
+    )
+    return r
+
+
+def with_run_history(job: str, begin: float, end: float, readings: list[list[float]]) -> dict[str, Any]:
+    """A report whose node time rests on run history's times too (``cost._attempt_floors``): 2 nodes ran the
+    job from ``begin`` to ``end``, and the reads say ``readings`` ([t, queued, running, ...])."""
+    r = report(job, begin, end, "score")
+    span = r["usage"]["spans"][0]
+    span.update(points=readings, started_at=begin, ended_at=end, instance_count=2)
+    return r
+
+
+@pytest.mark.parametrize(
+    "readings",
+    [
+        [
+            [T0, 0, 4, 0, 0, 0, 0],
+            [T0 + 1000, 0, 4, 0, 0, 0, 0],
+            [T0 + 2000, 0, 0, 0, 0, 0, 0],
+            [T0 + 3600, 0, 0, 0, 0, 0, 0],
+        ],
+        # [t, preparing, running, idle, leaving, preempted, unusable]
+        [[T0, 0, 2, 0, 0, 0, 0], [T0 + 100, 0, 0, 0, 0, 2, 0], [T0 + 3600, 0, 0, 0, 0, 2, 0]],
+    ],
+    ids=["floor-after-the-reads", "evicted-then-floor"],
+)
+def test_a_price_move_reprices_the_node_time_and_changes_none_of_it(readings: list[list[float]]) -> None:
+    """The node time, evicted and lost hours and the all-dedicated node time are those of one rate (the floors
+    of run history's times included); only the price of each stretch changes (a review found the stretches'
+    floors computed apart: +32 % node time)."""
+    job = with_run_history("ja", T0, T0 + 3600, readings)
+    other = with_run_history("jb", T0 + 7200, T0 + 7300, [[T0 + 7200, 0, 0, 0, 0, 0, 0]])
+    moved = cost.run_bill([priced(job, 0.06, T0 - 86400), priced(other, 0.03, T0 + 1800)])
+    both = cost.run_bill([priced(job, 0.06, T0 - 86400), priced(other, 0.06, T0 - 86400)])
+    for key in ("node_hours", "evicted_node_hours", "lost_node_hours"):
+        assert moved[key] == pytest.approx(both[key]), key
+    assert moved["dedicated_equivalent"]["node_hours"] == pytest.approx(both["dedicated_equivalent"]["node_hours"])
+    windows = moved["computes"]["spot-c"]["price_windows"]
+    assert sum(w["node_hours"] for w in windows) == pytest.approx(both["node_hours"]["low_priority"])
+    assert [w["hourly_price"] for w in windows] == [0.06, 0.03]
+    assert moved["cost"] == pytest.approx(sum(w["node_hours"] * w["hourly_price"] for w in windows))
+    assert moved["cost"] < both["cost"]
+
+
+def test_pay_as_you_go_moves_on_its_own_date_and_equal_dates_take_the_rate_read_last() -> None:
+    a = priced(report("ja", T0, T0 + 3600, "score"), 0.06, T0 - 86400, payg=0.3, payg_since=T0 - 86400)
+    b = priced(report("jb", T0 + 3600, T0 + 7200, "score"), 0.06, T0 - 86400, payg=0.4, payg_since=T0 + 3600)
+    bill = cost.run_bill([a, b])
+    assert bill["dedicated_equivalent"]["cost"] == pytest.approx(2 * 1 * 0.3 + 2 * 1 * 0.4)  # each hour its rate
+    assert bill["cost"] == pytest.approx(2 * 2 * 0.06)
+    c = priced(report("jc", T0, T0 + 3600, "score"), 0.05, T0 - 3600)
+    d = priced(report("jd", T0 + 3600, T0 + 7200, "score"), 0.02, T0 - 3600)  # the same date: read last wins
+    assert cost.run_bill([c, d])["cost"] == pytest.approx(2 * 2 * 0.02)
+    assert cost.run_bill([d, c])["cost"] == pytest.approx(2 * 2 * 0.05)
 
 
 def test_metrics_of_the_range() -> None:
