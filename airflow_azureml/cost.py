@@ -277,7 +277,7 @@ def _attempt_floors(
     did, the line between the reads on either side says nothing of its states, so up to the floor its
     evicted node time counts as the attempts' running nodes. The added time goes to the dedicated equivalent
     in the share of the attempts that were not lost. ``added``, when given, collects what each stretch added,
-    for ``_window_shares``. docs/cost.md states the error bound."""
+    for ``_priced_windows``. docs/cost.md states the error bound."""
     runs: dict[tuple[str, str], tuple[float, float, int]] = {}
     for span in usage["spans"]:
         run = _run_of(span)
