@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_azureml.outcomes import utc_epoch  # the one ISO 8601 reader (effectiveStartDate, run history)
+
 #: Node states as ``nodeStateCounts`` names them (``<state>NodeCount``); every one is billed (billing.md rule 11).
 STATES = ("preparing", "running", "idle", "leaving", "preempted", "unusable")
 TIERS = ("dedicated", "low_priority")
@@ -382,7 +384,7 @@ def estimate(
         }
         if len(windows) > 1:
             computes[name]["price_windows"] = windows
-        took_effect = _epoch(computes[name]["price_effective_from"])
+        took_effect = utc_epoch(computes[name]["price_effective_from"])
         first_seen = min(
             (s["points"][0][0] for s in usage["spans"] if s.get("compute") == name and s.get("points")), default=None
         )
@@ -433,19 +435,6 @@ def _savings(cost: float | None, equivalent_cost: float | None) -> tuple[float |
     if equivalent_cost:
         return savings, 100.0 * savings / equivalent_cost
     return savings, (0.0 if savings == 0 else None)  # nothing billed either way: nothing saved, not "unknown"
-
-
-def _epoch(text: Any) -> float | None:
-    """An ISO 8601 time (``effectiveStartDate``) as epoch seconds, or None."""
-    if not isinstance(text, str) or not text:
-        return None
-    from datetime import datetime, timezone
-
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def rate_at(timeline: list[tuple[float, float | None]], t: float) -> float | None:
@@ -516,8 +505,11 @@ def rate_timelines(reports: Iterable[Mapping[str, Any]]) -> tuple[dict[str, dict
             if entry.get("hourly_price") is None and entry.get("dedicated_hourly_price") is None:
                 continue
             pairs = {
-                "rate": (_epoch(entry.get("price_effective_from")), entry.get("hourly_price")),
-                "dedicated": (_epoch(entry.get("dedicated_price_effective_from")), entry.get("dedicated_hourly_price")),
+                "rate": (utc_epoch(entry.get("price_effective_from")), entry.get("hourly_price")),
+                "dedicated": (
+                    utc_epoch(entry.get("dedicated_price_effective_from")),
+                    entry.get("dedicated_hourly_price"),
+                ),
             }
             if any(since is None for since, _ in pairs.values()):
                 undated.add(name)

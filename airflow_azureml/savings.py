@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from airflow_azureml import cost
+from airflow_azureml.outcomes import utc_epoch
 
 
 @dataclass
@@ -38,21 +38,11 @@ def report_value(value: Any) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, Mapping) else None
 
 
-def _moment(text: Any) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else None
-
-
 def report_margin(report: Mapping[str, Any]) -> float | None:
     """One task's margin in seconds: its own deadline minus when its own job chain ended (negative: late).
     None without a deadline or an end."""
-    deadline, ended = _moment(report.get("deadline")), _moment(report.get("finished_at"))
-    return (deadline - ended).total_seconds() if deadline is not None and ended is not None else None
+    deadline, ended = utc_epoch(report.get("deadline")), utc_epoch(report.get("finished_at"))
+    return deadline - ended if deadline is not None and ended is not None else None
 
 
 def deadline_margin(reports: Iterable[Mapping[str, Any]]) -> tuple[str | None, float | None, int, int]:
@@ -67,8 +57,7 @@ def deadline_margin(reports: Iterable[Mapping[str, Any]]) -> tuple[str | None, f
         counted += 1
         late += margin < 0
         if worst is None or margin < worst[0]:
-            moment = _moment(report.get("deadline"))
-            worst = (margin, moment.isoformat(timespec="seconds") if moment else "")
+            worst = (margin, cost.iso_time(utc_epoch(report.get("deadline"))) or "")
     if worst is None:
         return None, None, 0, 0
     return worst[1], worst[0], late, counted
