@@ -85,6 +85,8 @@ EXAMPLE_DAG_VARIANTS = (
     "tests/integration/test_example_dag.py::test_etl_marker_is_not_sent_as_input",
     "tests/integration/test_example_dag.py::test_two_overlapping_runs_both_succeed",
     "tests/integration/test_example_dag.py::test_partition_with_failed_files_is_redone_not_skipped",
+    "tests/integration/test_example_dag.py::test_a_changed_partition_count_does_not_repartition_a_scored_interval",
+    "tests/integration/test_mlflow_model.py::test_example_dag_scores_every_row_once_with_the_mlflow_model",
 )
 SAME_ON_EVERY_AIRFLOW = EMULATOR_ONLY + EXAMPLE_DAG_VARIANTS
 

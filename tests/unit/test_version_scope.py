@@ -84,6 +84,12 @@ def test_the_example_dag_still_runs_on_every_version() -> None:
     kept = "tests/integration/test_example_dag.py::test_example_dag_survives_whole_cluster_preemption[canceled]"
     assert kept not in SAME_ON_EVERY_AIRFLOW
     assert all(
-        entry.startswith(("tests/integration/test_example_dag.py::", "tests/integration/test_demo.py"))
+        entry.startswith(
+            (
+                "tests/integration/test_example_dag.py::",
+                "tests/integration/test_demo.py",
+                "tests/integration/test_mlflow_model.py::",
+            )
+        )
         for entry in EXAMPLE_DAG_VARIANTS
     )
