@@ -17,6 +17,8 @@ import pendulum
 import yaml
 from airflow.sdk import ObjectStoragePath
 
+from airflow_azureml.exceptions import AirflowFailException
+
 DATASTORE = "workspaceblobstore"
 HEADER = ["row_id", "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak"]
 
@@ -78,6 +80,11 @@ def config_datastore_path(yaml_file: Path, key: str = "path") -> str:
     if parsed is None or parsed.datastore != DATASTORE or not parsed.path:
         raise ValueError(f"{yaml_file}: {key} is not a folder on the datastore {DATASTORE}")
     return parsed.path
+
+
+class ExactlyOnceCheckError(AirflowFailException, ValueError):
+    """The report's check found rows lost or duplicated. An ``AirflowFailException``: the same outputs would
+    fail it again, so it fails at once, while a report whose worker died is retried like any task."""
 
 
 def retry_args(first_delay_seconds: float) -> dict[str, Any]:
@@ -335,7 +342,7 @@ def report(
     (folder / "report.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
     if problems:
-        raise ValueError(
+        raise ExactlyOnceCheckError(
             f"exactly-once check failed for interval {interval}: " + "; ".join(problems) + ". The rejected "
             "partitions are redone as new work, into new folders, by the next run of this interval: fix the input "
             "if it is bad, then clear this DAG run (or its extract task and everything downstream)."

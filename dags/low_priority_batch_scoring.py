@@ -212,7 +212,7 @@ with DAG(
         # [END howto_operator_sync_capacity_pool]
         create_cluster >> sync_capacity >> score
 
-    @task(trigger_rule="none_failed", outlets=[VERIFIED], retries=0)
+    @task(trigger_rule="none_failed", outlets=[VERIFIED])
     def report(
         partitions: list[dict[str, Any]],
         planned: list[dict[str, Any]],
@@ -225,7 +225,8 @@ with DAG(
         """Rows in must equal rows scored, each row exactly once; verified partitions become checkpoints.
 
         Only a wholly verified interval emits the ``VERIFIED`` asset event; a failed check fails this task
-        (no retry: the same outputs would fail it again) with what is wrong and how it is redone.
+        at once (``ExactlyOnceCheckError``: the same outputs would fail it again) with what is wrong and how it
+        is redone. A report whose worker died is retried: it reads and writes only checkpoints.
         Adds the run's bill: each scoring task's cost report (XCom ``azureml_cost``), combined per
         cluster without counting time twice (``airflow_azureml.cost.run_bill``).
         """

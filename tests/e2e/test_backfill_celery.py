@@ -16,7 +16,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Iterator
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import psutil
@@ -77,8 +77,22 @@ def active_backfills(e2e: E2E) -> list[dict[str, Any]]:
 
 
 def wait_for_backfill(e2e: E2E, timeout: float = 600) -> None:
-    """Until the DAG has no backfill still going (Airflow allows one at a time)."""
-    wait_until(lambda: not active_backfills(e2e), timeout=timeout, what="the backfill to complete", interval=1)
+    """Until the DAG has no backfill still going (Airflow allows one at a time).
+
+    On a timeout the error lists the task instances not yet done, with where and since when they are in
+    their state: a stuck backfill is then diagnosed from CI's output alone."""
+    try:
+        wait_until(lambda: not active_backfills(e2e), timeout=timeout, what="the backfill to complete", interval=1)
+    except TimeoutError as exc:
+        rows = sql(
+            e2e,
+            "SELECT run_id, task_id, map_index, try_number, state, hostname, queued_dttm, start_date, updated_at"
+            " FROM task_instance WHERE dag_id = %s AND (state IS NULL OR state NOT IN ('success', 'skipped',"
+            " 'failed', 'upstream_failed', 'removed')) ORDER BY run_id, task_id, map_index",
+            DAG_ID,
+        )
+        lines = "\n".join(" ".join(str(v) for v in row) for row in rows)
+        raise TimeoutError(f"{exc}; task instances not done (now {datetime.now(UTC).isoformat()}):\n{lines}") from exc
 
 
 @contextlib.contextmanager
@@ -363,3 +377,88 @@ def test_rolling_restart_and_a_killed_worker_mid_backfill(celery_e2e: E2E) -> No
             map_index,
         )[0]
         assert (state, int(now)) == ("success", try_number), (run_id, task_id, map_index, state, now)
+
+
+def taken_by(e2e: E2E, worker: str, run_id: str) -> dict[str, str]:
+    """Celery task id -> task id of this run's queued task instances whose message the worker has taken
+    (its log's ``received`` line: Airflow queues each task under a Celery id it chose first)."""
+    rows = sql(
+        e2e,
+        "SELECT external_executor_id, task_id FROM task_instance WHERE dag_id = %s AND run_id = %s"
+        " AND state = 'queued' AND external_executor_id IS NOT NULL",
+        DAG_ID,
+        run_id,
+    )
+    log = (e2e.airflow.home / f"{worker}.log").read_text(errors="replace")
+    return {celery_id: task for celery_id, task in rows if f"execute_workload[{celery_id}] received" in log}
+
+
+def test_a_task_a_killed_worker_took_but_never_started_is_requeued_and_runs_once(celery_e2e: E2E) -> None:
+    """kill -9 of a Celery worker holding a task it has not started: the message stays unacknowledged in Redis
+    for a day (``task_acks_late``), the task instance ``queued``. The scheduler's queued timeout requeues it
+    (docs/backfills.md); the run then succeeds with one job per partition."""
+    e2e = celery_e2e
+    airflow = e2e.airflow
+    dates = days("2026-10-20", 1)
+    (key,) = intervals(dates)
+    forget_spot_history(e2e)
+    airflow.terminate("worker-2")  # worker-1 takes every task
+    stuck: dict[str, str] = {}
+    pool: list[psutil.Process] = []
+    try:
+        # Celery's prefork pool runs what the worker's main process takes: stopped, the worker takes tasks
+        # and starts none, deterministically (a task that had started would be the heartbeat timeout's case)
+        pool = psutil.Process(airflow.procs["worker-1"].pid).children()
+        for child in pool:
+            child.suspend()
+        with backfill_cancelled_on_failure(e2e):
+            created = backfill(e2e, dates[0], dates[-1], "none")
+            assert created.returncode == 0, created.stderr[-2000:]
+            (run,) = wait_until(lambda: backfill_runs(e2e, dates[0], dates[-1]), timeout=120, what="the run")
+            stuck = wait_until(
+                lambda: taken_by(e2e, "worker-1", run["dag_run_id"]), timeout=180, what="a task taken", interval=0.5
+            )
+            airflow.kill_tree("worker-1")
+            # still queued: nothing ran them, and nothing but the scheduler's timeout will
+            states = sql(
+                e2e,
+                "SELECT state FROM task_instance WHERE external_executor_id = ANY(%s)",
+                list(stuck),
+            )
+            assert [s for (s,) in states] == ["queued"] * len(stuck), states
+            airflow.start_service("worker-1")
+            airflow.start_service("worker-2")
+            wait_for_backfill(e2e)
+    finally:
+        for child in pool:  # the worker's own pool, if the row failed before it killed them
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.resume()
+        for name in WORKERS:
+            if airflow.procs[name].poll() is not None:
+                airflow.start_service(name)
+
+    (run,) = backfill_runs(e2e, dates[0], dates[-1])
+    result = e2e.record(
+        "kill -9 of a Celery worker holding tasks it had not started",
+        key,
+        run["state"],
+        f"{len(stuck)} task(s) taken from Redis and never started ({', '.join(sorted(stuck.values()))}): requeued "
+        "by the scheduler's task_queued_timeout",
+    )
+    assert run["state"] == "success", run
+    assert_exactly_once(result, jobs=CONF["partitions"])
+    requeued = sql(
+        e2e,
+        "SELECT DISTINCT task_id FROM log WHERE dag_id = %s AND run_id = %s AND event = 'stuck in queued reschedule'",
+        DAG_ID,
+        run["dag_run_id"],
+    )
+    assert sorted(t for (t,) in requeued) == sorted(set(stuck.values())), requeued
+    done = sql(
+        e2e,
+        "SELECT task_id, state FROM task_instance WHERE dag_id = %s AND run_id = %s AND task_id = ANY(%s)",
+        DAG_ID,
+        run["dag_run_id"],
+        list(set(stuck.values())),
+    )
+    assert {state for _, state in done} == {"success"}, done
