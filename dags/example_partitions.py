@@ -220,9 +220,13 @@ def checkpoint(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _save_checkpoint(p: dict[str, Any], state: dict[str, Any]) -> None:
+    """Written beside, then renamed over: a task killed mid-write leaves the old checkpoint, never half a
+    JSON file that every later plan and report would fail to read."""
     path = _state_path(p)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state, indent=2))
+    written = path.parent / f"{path.name}.{os.getpid()}.tmp"
+    written.write_text(json.dumps(state, indent=2))
+    written.rename(path)
 
 
 def attempt_output(p: dict[str, Any], attempt: int) -> str:

@@ -226,7 +226,8 @@ with DAG(
 
         Only a wholly verified interval emits the ``VERIFIED`` asset event; a failed check fails this task
         at once (``ExactlyOnceCheckError``: the same outputs would fail it again) with what is wrong and how it
-        is redone. A report whose worker died is retried: it reads and writes only checkpoints.
+        is redone. A report whose worker died is retried: it only reads outputs and rewrites checkpoints
+        and report.json.
         Adds the run's bill: each scoring task's cost report (XCom ``azureml_cost``), combined per
         cluster without counting time twice (``airflow_azureml.cost.run_bill``).
         """

@@ -303,8 +303,8 @@ class AirflowDeployment:
                     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
                     # ... and one it had taken but not yet started stays queued (Celery acks late; the broker
                     # redelivers after its visibility timeout, a day) until the scheduler requeues it: after
-                    # 120 s, looked for every 15 s, not the defaults' 600 s and 120 s (docs/backfills.md). A
-                    # .ci/run's rolling-restart row waited out its 600 s for such a task.
+                    # 120 s, looked for every 15 s, not the defaults' 600 s and 120 s (docs/backfills.md). Most
+                    # likely why a .ci/run's rolling-restart row timed out 600 s after its kill -9 of a worker.
                     "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",
                     "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "15",
                     # Celery's pool (billiard) makes a pymp-* folder in the temp dir, which a killed worker

@@ -2,10 +2,11 @@
 
 ``airflow backfill create`` over a range of the example DAG's intervals, with node evictions and a
 whole-cluster preemption during it, each reprocess behaviour, and a rolling restart of every worker and
-triggerer plus a kill -9 of a worker in the middle of one. What counts is read from the emulator's records
-and the datastore, not from the DAG's own reports: every row scored once, no job beyond partitions plus
-the preempted ones' resubmissions, none duplicated, none cancelled by a restart, and never more live Azure
-jobs than the cluster holds (the capacity pool, docs/backfills.md).
+triggerer plus a kill -9 of a worker in the middle of one, and a kill -9 of a worker holding tasks it
+had taken but not started. What counts is read from the emulator's records and the datastore, not from
+the DAG's own reports: every row scored once, no job beyond partitions plus the preempted ones'
+resubmissions, none duplicated, none cancelled by a restart, and never more live Azure jobs than the
+cluster holds (the capacity pool, docs/backfills.md).
 """
 
 from __future__ import annotations
@@ -86,13 +87,24 @@ def wait_for_backfill(e2e: E2E, timeout: float = 600) -> None:
     except TimeoutError as exc:
         rows = sql(
             e2e,
-            "SELECT run_id, task_id, map_index, try_number, state, hostname, queued_dttm, start_date, updated_at"
-            " FROM task_instance WHERE dag_id = %s AND (state IS NULL OR state NOT IN ('success', 'skipped',"
-            " 'failed', 'upstream_failed', 'removed')) ORDER BY run_id, task_id, map_index",
+            "SELECT run_id, task_id, map_index, try_number, state, hostname, external_executor_id, queued_dttm,"
+            " start_date, updated_at FROM task_instance WHERE dag_id = %s AND (state IS NULL OR state NOT IN"
+            " ('success', 'skipped', 'failed', 'upstream_failed', 'removed')) ORDER BY run_id, task_id, map_index",
+            DAG_ID,
+        )
+        # what Airflow did about lost tasks: heartbeat timeouts, requeues of stuck queued ones, state mismatches
+        events = sql(
+            e2e,
+            "SELECT dttm, event, run_id, task_id, map_index, try_number FROM log WHERE dag_id = %s AND (event LIKE"
+            " '%%heartbeat%%' OR event LIKE '%%stuck in queued%%' OR event LIKE '%%mismatch%%') ORDER BY dttm",
             DAG_ID,
         )
         lines = "\n".join(" ".join(str(v) for v in row) for row in rows)
-        raise TimeoutError(f"{exc}; task instances not done (now {datetime.now(UTC).isoformat()}):\n{lines}") from exc
+        seen = "\n".join(" ".join(str(v) for v in row) for row in events)
+        raise TimeoutError(
+            f"{exc}; task instances not done (now {datetime.now(UTC).isoformat()}):\n{lines}\n"
+            f"Airflow's log events of lost tasks:\n{seen}"
+        ) from exc
 
 
 @contextlib.contextmanager
@@ -409,6 +421,7 @@ def test_a_task_a_killed_worker_took_but_never_started_is_requeued_and_runs_once
         # Celery's prefork pool runs what the worker's main process takes: stopped, the worker takes tasks
         # and starts none, deterministically (a task that had started would be the heartbeat timeout's case)
         pool = psutil.Process(airflow.procs["worker-1"].pid).children()
+        assert len(pool) >= 4, pool  # worker_concurrency's processes (and the worker's log server)
         for child in pool:
             child.suspend()
         with backfill_cancelled_on_failure(e2e):
@@ -419,6 +432,8 @@ def test_a_task_a_killed_worker_took_but_never_started_is_requeued_and_runs_once
                 lambda: taken_by(e2e, "worker-1", run["dag_run_id"]), timeout=180, what="a task taken", interval=0.5
             )
             airflow.kill_tree("worker-1")
+            # its log is final now: every task it took, also one taken between the look above and the kill
+            stuck.update(taken_by(e2e, "worker-1", run["dag_run_id"]))
             # still queued: nothing ran them, and nothing but the scheduler's timeout will
             states = sql(
                 e2e,

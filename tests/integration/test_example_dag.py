@@ -193,6 +193,30 @@ def test_a_completed_job_with_rows_missing_is_not_a_finished_partition(
     assert ep.pending(parts) == []  # verified: finished now
 
 
+def test_a_checkpoint_write_killed_midway_leaves_the_old_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report task is retried when its worker dies: a torn checkpoint would fail every later plan."""
+    import example_partitions as ep
+    from airflow.sdk import ObjectStoragePath
+
+    monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{tmp_path}")
+    (part,) = ep.write_partitions("scoring", "20261128T0000", 1, partitions=1, files=1, rows=2)
+    ep._save_checkpoint(part, {"attempt": 0, "verified": True, "jobs": ["job-1"]})
+    real = ObjectStoragePath.write_text
+
+    def killed_midway(self: ObjectStoragePath, text: str, *args: Any, **kwargs: Any) -> int:
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise KeyboardInterrupt("the worker died mid-write")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ObjectStoragePath, "write_text", killed_midway)
+        with pytest.raises(KeyboardInterrupt):
+            ep._save_checkpoint(part, {"attempt": 1, "verified": False, "rejected": "x"})
+    assert ep.checkpoint(part) == {"attempt": 0, "verified": True, "jobs": ["job-1"]}
+    assert ep.pending([part]) == []
+
+
 def test_predictions_without_a_completed_job_are_not_a_finished_partition(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
