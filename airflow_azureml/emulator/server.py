@@ -449,6 +449,10 @@ class Emulator:
     def evict_nodes(self, name: str, count: int = 1) -> int:
         return self.call(lambda: self.workspace.evict_nodes(name, count))
 
+    def deallocate_preempted(self, name: str) -> int:
+        """Test control: the cluster's evicted nodes still in the gauge are deallocated now."""
+        return self.call(lambda: self.workspace.deallocate_preempted(name))
+
     def set_capacity(self, name: str, nodes: int | None) -> None:
         self.call(lambda: self.workspace.set_capacity(name, nodes))
 

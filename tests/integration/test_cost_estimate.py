@@ -35,13 +35,13 @@ CLUSTER = "low-pri-cluster"
 SKU = "Standard_DS3_v2"
 SPOT_RATIO = 0.2
 TOLERANCE = 0.02  # issue 11: "within 2 % of the emulator's own bill"
-# The first job's nodes stay preempted (billed) this long after the preemption; Azure cancels the job after
-# 2 s (PREEMPTION_WINDOW). Long enough that they are still there when the resubmitted job's wait first reads
-# the cluster: under Airflow 3.1 and 3.2's dag.test() a deferred task resumes about 3 s after its trigger
-# fires (3.3: about 0.3 s), and no one reads the cluster in between, so a node that left in that gap would
-# be placed by interpolation across it (the estimate is as fine as its reads; docs/cost.md), not by the
-# reads this test is about. 12 s leaves about three times the measured gap.
-PREEMPTED_FOR = 12.0
+# Evicted nodes stay in the gauge (billed as preempted) until the test deallocates them: a timer for it would race
+# the reads this test is about. Under 3.1 and 3.2's dag.test() a deferred task resumes about 3 s after its
+# trigger fires and no one reads the cluster in between; on a loaded machine CI measured 13 s, longer than the
+# 12 s timer this test once used, and every node change then fell into that gap, placed by interpolation (the
+# estimate is as fine as its reads; docs/cost.md), not by the reads.
+HELD = 3600.0
+READS_BEFORE_RELEASE = 3
 
 
 def _nodes(emulator: Emulator, job: str, state: str) -> int:
@@ -56,19 +56,49 @@ def _until(check: Any, what: str, timeout: float = 60) -> None:
         time.sleep(0.01)
 
 
+def _cluster_reads_since(emulator: Emulator, since: float) -> int:
+    return sum(
+        1
+        for r in emulator.requests()
+        if r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
+    )
+
+
+def _release_once_read(emulator: Emulator, since: float) -> None:
+    """Deallocate the cluster's evicted nodes once the wait has read them a few times after ``since``."""
+    _until(lambda: _cluster_reads_since(emulator, since) >= READS_BEFORE_RELEASE, "the wait never read the nodes")
+    assert emulator.deallocate_preempted(CLUSTER) > 0
+
+
+def _release_when_resubmitted(emulator: Emulator, first: str) -> None:
+    """The first job's evicted nodes go once the resubmitted job's wait has read them (it queues for them)."""
+    _until(
+        lambda: emulator.call(
+            lambda: any(j.name != first and j.compute == CLUSTER for j in emulator.workspace.jobs.values())
+        ),
+        "the job was never resubmitted",
+        timeout=300,
+    )
+    _release_once_read(emulator, time.time())
+
+
 def preempt_then_evict(emulator: Emulator, job: str) -> None:
     """First job: once the wait has read the gauge while it ran, the whole cluster is preempted (Azure
-    cancels the job a while later). Second job: once it runs on both nodes, one node is evicted."""
+    cancels the job a while later); its nodes go once the resubmitted job's wait has read them. Second job:
+    once its wait has read the gauge while it ran on both nodes, one node is evicted, and goes once read."""
     if not emulator.call(lambda: any(j.name != job and j.compute == CLUSTER for j in emulator.workspace.jobs.values())):
         running = emulator.job(job)
         _until(lambda: gauge_read_while_running(emulator, running), "the wait never read the gauge")
-        emulator.set_behaviour(**{**PREEMPTION_WINDOW, "preempted_node_release_seconds": PREEMPTED_FOR})
+        emulator.set_behaviour(**{**PREEMPTION_WINDOW, "preempted_node_release_seconds": HELD})
         emulator.preempt_cluster(CLUSTER, form="canceled")
+        threading.Thread(target=_release_when_resubmitted, args=(emulator, job), daemon=True).start()
         return
-    emulator.set_behaviour(preempted_node_release_seconds=1.0)
     emulator.release_job(job)  # held before its work by when_running: this fault needs the work under way
     _until(lambda: _nodes(emulator, job, "running") >= 2, "the resubmitted job never ran on both nodes")
+    on_both = time.time()
+    _until(lambda: _cluster_reads_since(emulator, on_both) >= READS_BEFORE_RELEASE, "no read of both nodes")
     assert emulator.evict_nodes(CLUSTER, 1) == 1
+    _release_once_read(emulator, time.time())
 
 
 @pytest.fixture
