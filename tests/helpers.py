@@ -64,10 +64,56 @@ def when_running(
 PREEMPTION_WINDOW = {"capacity_cancel_after_seconds": 2.0, "preempted_node_release_seconds": 4.0}
 
 
+# The provider takes a gauge read as seen while the job ran only when it came at least its clock margin
+# (airflow_azureml.polling.CLOCK_MARGIN, 1 s) before run history's end: a held preemption ends this long after
+# the wait's second read of the gauge up, whatever that read's delay on a loaded machine.
+AFTER_THE_READS = 1.5
+
+
+def preempt_and_cancel_once_read(
+    emulator: Emulator,
+    job: str,
+    cluster: str = "low-pri-cluster",
+    timeout: float = 120,
+    node_release_seconds: float = PREEMPTION_WINDOW["preempted_node_release_seconds"],
+) -> list[str]:
+    """Preempt the whole cluster; Azure cancels its jobs (no message) once ``job``'s wait has read the gauge
+    up twice, ``AFTER_THE_READS`` after that, and never before ``PREEMPTION_WINDOW``'s while; the nodes go
+    ``node_release_seconds`` after that. Returns the jobs that lost their capacity.
+
+    A cancel on a timer (``PREEMPTION_WINDOW`` alone) raced the wait's reads: the firm evidence needs a read
+    within about 1 s of the loss, and a stalled poll on a loaded machine turns it into weak evidence, which waits
+    ``evidence_wait`` (900 s by default) for the Activity Log, outliving the test. The nodes stay in the gauge
+    until the jobs end, and ``preempted_node_release_seconds`` more, as with the timer. After ``timeout`` the
+    jobs end anyway, and the test shows what the provider made of that."""
+    emulator.set_behaviour(**{**PREEMPTION_WINDOW, "preempted_node_release_seconds": node_release_seconds})
+    at = time.time()
+    lost = emulator.call(
+        lambda: emulator.workspace.preempt_cluster(cluster, "canceled", hold_end=True, hold_nodes=True)
+    )
+    deadline = time.monotonic() + timeout
+    read_up_at: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            now = time.time()
+            if read_up_at is None and read_twice_since(emulator.requests(), job, cluster, at):
+                read_up_at = now
+            held = now - at >= PREEMPTION_WINDOW["capacity_cancel_after_seconds"]
+            if held and read_up_at is not None and now - read_up_at >= AFTER_THE_READS:
+                break
+            time.sleep(0.02)
+    finally:
+        emulator.call(lambda: emulator.workspace.end_held_preemption(cluster))
+    return lost
+
+
 def preempt(form: str = "canceled") -> Callable[[Emulator, str], object]:
-    def action(emulator: Emulator, _job: str) -> object:
+    """A whole-cluster preemption: ``canceled`` (no message: the gauge tells it, ``preempt_and_cancel_once_read``)
+    or ``failed`` (Azure's PreemptionError, evidence whenever it is read)."""
+
+    def action(emulator: Emulator, job: str) -> object:
         if form == "canceled":
-            emulator.set_behaviour(**PREEMPTION_WINDOW)
+            return preempt_and_cancel_once_read(emulator, job)
         return emulator.preempt_cluster("low-pri-cluster", form=form)
 
     return action

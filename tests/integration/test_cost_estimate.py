@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from airflow_azureml.hooks import prices as prices_module
 from tests.conftest import load_dag, task_states, xcom_value
-from tests.helpers import PREEMPTION_WINDOW, when_running
+from tests.helpers import preempt_and_cancel_once_read, when_running
 from tests.integration.test_emulator_sdk import setup_workspace
 from tests.integration.test_exactly_once import gauge_read_while_running
 
@@ -65,40 +65,63 @@ def _cluster_reads_since(emulator: Emulator, since: float) -> int:
 
 
 def _release_once_read(emulator: Emulator, since: float) -> None:
-    """Deallocate the cluster's evicted nodes once the wait has read them a few times after ``since``."""
-    _until(lambda: _cluster_reads_since(emulator, since) >= READS_BEFORE_RELEASE, "the wait never read the nodes")
-    assert emulator.deallocate_preempted(CLUSTER) > 0
+    """Deallocate the cluster's evicted nodes once the wait has read them a few times after ``since`` (or
+    after 300 s: the test then fails on the bill, not by hanging on a full cluster)."""
+    try:
+        _until(
+            lambda: _cluster_reads_since(emulator, since) >= READS_BEFORE_RELEASE,
+            "the wait never read the nodes",
+            timeout=300,
+        )
+    finally:
+        emulator.deallocate_preempted(CLUSTER)
 
 
-def _release_when_resubmitted(emulator: Emulator, first: str) -> None:
-    """The first job's evicted nodes go once the resubmitted job's wait has read them (it queues for them)."""
-    _until(
-        lambda: emulator.call(
-            lambda: any(j.name != first and j.compute == CLUSTER for j in emulator.workspace.jobs.values())
-        ),
-        "the job was never resubmitted",
-        timeout=300,
-    )
-    _release_once_read(emulator, time.time())
+def _release_when_resubmitted(emulator: Emulator, first: str, errors: list[BaseException]) -> None:
+    """The first job's evicted nodes go once the resubmitted job's wait has read them (it queues for them);
+    a failure here is the test's (``errors``), not a silent thread's."""
+    try:
+        try:
+            _until(
+                lambda: emulator.call(
+                    lambda: any(j.name != first and j.compute == CLUSTER for j in emulator.workspace.jobs.values())
+                ),
+                "the job was never resubmitted",
+                timeout=300,
+            )
+        except BaseException:
+            emulator.deallocate_preempted(CLUSTER)
+            raise
+        _release_once_read(emulator, time.time())
+    except BaseException as exc:
+        errors.append(exc)
 
 
-def preempt_then_evict(emulator: Emulator, job: str) -> None:
-    """First job: once the wait has read the gauge while it ran, the whole cluster is preempted (Azure
-    cancels the job a while later); its nodes go once the resubmitted job's wait has read them. Second job:
-    once its wait has read the gauge while it ran on both nodes, one node is evicted, and goes once read."""
-    if not emulator.call(lambda: any(j.name != job and j.compute == CLUSTER for j in emulator.workspace.jobs.values())):
-        running = emulator.job(job)
-        _until(lambda: gauge_read_while_running(emulator, running), "the wait never read the gauge")
-        emulator.set_behaviour(**{**PREEMPTION_WINDOW, "preempted_node_release_seconds": HELD})
-        emulator.preempt_cluster(CLUSTER, form="canceled")
-        threading.Thread(target=_release_when_resubmitted, args=(emulator, job), daemon=True).start()
-        return
-    emulator.release_job(job)  # held before its work by when_running: this fault needs the work under way
-    _until(lambda: _nodes(emulator, job, "running") >= 2, "the resubmitted job never ran on both nodes")
-    on_both = time.time()
-    _until(lambda: _cluster_reads_since(emulator, on_both) >= READS_BEFORE_RELEASE, "no read of both nodes")
-    assert emulator.evict_nodes(CLUSTER, 1) == 1
-    _release_once_read(emulator, time.time())
+def preempt_then_evict(errors: list[BaseException]) -> Callable[[Emulator, str], None]:
+    """First job: once the wait has read the gauge while it ran, the whole cluster is preempted, and Azure
+    cancels the job once the wait has read the gauge up (``preempt_and_cancel_once_read``); its nodes go once
+    the resubmitted job's wait has read them. Second job: once its wait has read both nodes running, one node
+    is evicted, and goes once read. ``errors``: what the release thread met."""
+
+    def action(emulator: Emulator, job: str) -> None:
+        others = emulator.call(
+            lambda: any(j.name != job and j.compute == CLUSTER for j in emulator.workspace.jobs.values())
+        )
+        if not others:
+            running = emulator.job(job)
+            _until(lambda: gauge_read_while_running(emulator, running), "the wait never read the gauge")
+            threading.Thread(target=_release_when_resubmitted, args=(emulator, job, errors), daemon=True).start()
+            preempt_and_cancel_once_read(emulator, job, CLUSTER, node_release_seconds=HELD)
+            return
+        emulator.set_behaviour(preempted_node_release_seconds=HELD)
+        emulator.release_job(job)  # held before its work by when_running: this fault needs the work under way
+        _until(lambda: _nodes(emulator, job, "running") >= 2, "the resubmitted job never ran on both nodes")
+        on_both = time.time()
+        _until(lambda: _cluster_reads_since(emulator, on_both) >= READS_BEFORE_RELEASE, "no read of both nodes")
+        assert emulator.evict_nodes(CLUSTER, 1) == 1
+        _release_once_read(emulator, time.time())
+
+    return action
 
 
 @pytest.fixture
@@ -165,8 +188,10 @@ def test_estimate_is_within_two_percent_of_the_emulators_bill(
     # each node that comes or goes is then placed within 0.05 s. With the case's back-off to 0.2 s the
     # estimate came within 1 % too, but a run's few start and end changes then move it by up to 0.6 % each.
     case = {"deferrable": deferrable, "polling": {"interval": 0.05, "max_interval": 0.05}}
-    with nodes_after_a_few_looks(workspace), when_running(workspace, preempt_then_evict, times=2) as hit:
+    errors: list[BaseException] = []
+    with nodes_after_a_few_looks(workspace), when_running(workspace, preempt_then_evict(errors), times=2) as hit:
         run = run_invoke(monkeypatch, tmp_path, case)
+    assert not errors, errors
     assert str(run.state) == "success", task_states(run)
     assert len(hit) == 2
     assert [j.status for j in workspace.jobs()] == ["Canceled", "Completed"]

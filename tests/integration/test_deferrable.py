@@ -18,7 +18,7 @@ from airflow_azureml.hooks import AzureMLHook
 from airflow_azureml.triggers.job import AzureMLJobTrigger
 from airflow_azureml.triggers.poller import WorkspacePoller
 from tests.conftest import load_dag, task_states
-from tests.helpers import PREEMPTION_WINDOW, preempt, when_running
+from tests.helpers import preempt, preempt_and_cancel_once_read, when_running
 from tests.integration.test_emulator_sdk import invoke, setup_workspace
 from tests.integration.test_example_dag import INTERVAL, read_report
 from tests.integration.test_waits import invoke_tagged
@@ -269,11 +269,12 @@ def preempt_after_a_gauge_sample(form: str = "canceled") -> Any:
         from tests.integration.test_exactly_once import gauge_read_while_running
 
         job = emulator.job(job_name)
-        for _ in range(1000):  # a compute read after a poll saw the job Running (not one of a Queued poll)
-            if job is not None and job.started and gauge_read_while_running(emulator, job):
-                break
+        deadline = time.monotonic() + 120  # a compute read after a poll saw the job Running (not a Queued poll's)
+        while not (job is not None and job.started and gauge_read_while_running(emulator, job)):
+            assert time.monotonic() < deadline, "the wait never read the gauge while the job ran"
             time.sleep(0.01)
-        emulator.set_behaviour(**PREEMPTION_WINDOW)  # the job ends a while after: the wait sees the gauge up
+        if form == "canceled":  # Azure cancels once the wait has read the gauge up (no message tells it)
+            return preempt_and_cancel_once_read(emulator, job_name)
         return emulator.preempt_cluster("low-pri-cluster", form=form)
 
     return action

@@ -23,7 +23,7 @@ from airflow_azureml import compat
 from airflow_azureml.emulator import Emulator
 from airflow_azureml.emulator.scoring.data import write_heart_csvs
 from tests.conftest import load_dag, task_states, xcom_value
-from tests.helpers import PREEMPTION_WINDOW, read_twice_since, when_running
+from tests.helpers import preempt_and_cancel_once_read, read_twice_since, when_running
 from tests.integration.test_emulator_sdk import prediction_ids, setup_workspace
 
 LOGICAL = pendulum.datetime(2026, 11, 1, tz="UTC")
@@ -204,9 +204,8 @@ def when_sampled(
     )
 
 
-def preempt_cluster(emulator: Emulator, _job: str) -> None:
-    emulator.set_behaviour(**PREEMPTION_WINDOW)  # a plausible while before the cancel: the gauge is seen up
-    emulator.preempt_cluster(CLUSTER, form="canceled")
+def preempt_cluster(emulator: Emulator, job: str) -> None:
+    preempt_and_cancel_once_read(emulator, job, CLUSTER)  # Azure cancels once the wait has read the gauge up
 
 
 # ------------------------------------------------------------- §2 cancels

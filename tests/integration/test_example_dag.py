@@ -56,8 +56,8 @@ def test_example_dag_survives_whole_cluster_preemption(example_env: Emulator, fo
     dag = load_dag("low_priority_batch_scoring.py")
     if form == "canceled":
         # Azure sends no message for this cancel: only the gauge read while the job runs tells it. The
-        # cluster is preempted once the wait has read the gauge, and the service takes a plausible while
-        # (PREEMPTION_WINDOW) to cancel the job, so the wait reads the gauge up before the job ends.
+        # cluster is preempted once the wait has read the gauge, and the service cancels the job once the
+        # wait has read the gauge up (tests.helpers.preempt_and_cancel_once_read), as a plausible while would.
         assert emulator.behaviour()["capacity_cancel_message"] is False
         watching = when_sampled(emulator, preempt_cluster)
     else:  # Azure's own PreemptionError is evidence whenever it is read
