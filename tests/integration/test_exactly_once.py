@@ -264,10 +264,11 @@ def test_clear_of_a_running_sync_task_waits_for_its_cancel_to_show_then_runs_the
     # person's clear starts the new try. That try must take the job's cancel as Airflow's (it cancels it
     # again, waits for it to show, then runs the work again), not fail as if a person had cancelled it.
     lag = 20.0
-    # 10 mini-batches on 4 slots, 15 s each: the job would run about 45 s, past the try's 3 s and the lag
+    # 10 mini-batches on 4 slots, 15 s each: the job would run about 45 s, past the try's 10 s and the lag.
+    # 10 s, not less: the try builds its client and submits within it on a loaded machine (the job must exist).
     workspace.call(lambda: setattr(workspace.workspace.timing, "mini_batch", 15.0))
     workspace.set_behaviour(cancel_lag_seconds=lag)
-    run, failures = run_case({"execution_timeout": 3})
+    run, failures = run_case({"execution_timeout": 10})
     assert str(run.state) == "failed" and failures[0]["type"] == "AirflowTaskTimeout", failures
     (first,) = workspace.jobs()
     assert first.cancel_requested, "on_kill sent its cancel"
@@ -670,7 +671,8 @@ def test_failed_on_kill_cancel_then_person_cancel_fails(workspace: Emulator, run
     workspace.set_capacity(CLUSTER, 0)
     workspace.add_fault(kind="status", status=403, route="cancel", count=None)
     cancelled = cancel_once_watched(workspace, lambda r: r["method"] == "POST" and r["path"].endswith("/cancel"))
-    run, failures = run_case({"retries": 1, "execution_timeout": 3})
+    # 10 s a try: the retry must attach, poll and see the person's cancel within it, also on a loaded machine
+    run, failures = run_case({"retries": 1, "execution_timeout": 10})
     assert len(cancelled) == 1
     assert str(run.state) == "failed", (task_states(run), failures)
     assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"], failures

@@ -373,12 +373,21 @@ def test_sync_wait_returns_the_gauge_evidence(jobs: tuple[Emulator, Any]) -> Non
 # ------------------------------------------------ NotResponding and Paused are not terminal
 def test_a_job_that_stops_responding_and_resumes_is_waited_for(jobs: tuple[Emulator, Any]) -> None:
     emulator, ml = jobs
-    emulator.set_behaviour(stall_seconds=0.5)  # every job, once Running, goes NotResponding, then resumes
+    # Every job, once Running, goes NotResponding. The sync job's wait must see that: it resumes once a poll
+    # has (a 0.5 s stall needed a poll inside it, which a loaded machine may not make).
+    emulator.set_behaviour(stall_seconds=600)
     sync_name = invoke(ml, "in/a", "job-stall-sync")
     statuses: list[str] = []
-    snapshot = AzureMLHook().wait_for_job(sync_name, PollingPolicy(**FAST), lambda s: statuses.append(s.status))
+
+    def seen(snapshot: Any) -> None:
+        statuses.append(snapshot.status)
+        if snapshot.status == "NotResponding":  # the service resumes the job
+            emulator.call(lambda: emulator.workspace.jobs[sync_name].set_status("Running"))
+
+    snapshot = AzureMLHook().wait_for_job(sync_name, PollingPolicy(**FAST), seen)
     assert "NotResponding" in statuses and snapshot.status == "Completed", statuses
 
+    emulator.set_behaviour(stall_seconds=0.5)  # the trigger's wait outlasts it, whatever it saw
     async_name = invoke(ml, "in/a", "job-stall-async")
     event = asyncio.run(asyncio.wait_for(run_trigger(trigger(async_name)), HANG_GUARD))
     job = emulator.job(async_name)
