@@ -183,6 +183,20 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
     assert_exactly_once(result, jobs=partitions)
 
 
+def deferring_exits_received(e2e: E2E, run_id: str, partitions: int) -> bool:
+    """The scheduler has received the executor's event for each scoring task's first try (the worker that
+    deferred it has exited): its log says so, the only place Airflow records it."""
+    log = (e2e.airflow.home / "scheduler.log").read_text(errors="replace")
+    received = {
+        index
+        for index in range(partitions)
+        for line in log.splitlines()
+        if "Received executor event" in line
+        and f"task_id='score_partition', run_id='{run_id}', try_number=1, map_index={index})" in line
+    }
+    return len(received) == partitions
+
+
 @pytest.mark.timeout(600)
 def test_person_cancels_a_job_while_its_task_is_deferred(e2e: E2E) -> None:
     cancelled: list[tuple[int, str]] = []
@@ -195,8 +209,12 @@ def test_person_cancels_a_job_while_its_task_is_deferred(e2e: E2E) -> None:
             # Airflow's own race, not the provider's: when the worker that deferred the try reports its exit
             # after the trigger fired and the try resumed, the scheduler takes that late "success" for a state
             # changed externally and marks the running try UP_FOR_RETRY (seen once in CI under load: the
-            # deferring worker took 6 s to exit). Let the deferring workers exit before the cancel fires.
-            time.sleep(10)
+            # deferring worker took 6 s to exit). Let the deferring workers' exits reach the scheduler first.
+            wait_until(
+                lambda: deferring_exits_received(e2e, run_id, CONF["partitions"]),
+                timeout=180,
+                what="the scheduler receiving the deferring tries' exits",
+            )
             job = partition_jobs(e2e, interval, index)[0]
             e2e.emulator.call(lambda: e2e.emulator.workspace.cancel_job(job.name))  # Studio / az ml job cancel
             cancelled.append((index, job.name))

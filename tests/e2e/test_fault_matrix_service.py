@@ -76,8 +76,14 @@ def test_job_not_responding_then_resuming(e2e: E2E) -> None:
     stalled: list[str] = []
 
     def fault(run_id: str, interval: str) -> None:
-        job = wait_until(lambda: next(iter(running_jobs(e2e, interval)), None), what="a running job")
-        e2e.emulator.stall_job(job.name, 8)
+        def stall_a_running_job() -> Any:  # found and stalled in one step on the emulator's loop: a job of about
+            # 1 s could otherwise end between the two on a loaded machine (stall_job refuses an ended job)
+            for job in e2e.emulator.workspace.jobs.values():
+                if job.status == "Running" and f"/input/{interval}/" in str(job.input_uri or ""):
+                    return e2e.emulator.workspace.stall_job(job.name, 8)
+            return None
+
+        job = wait_until(lambda: e2e.emulator.call(stall_a_running_job), what="a running job")
         stalled.append(job.name)
 
     _, interval, state = run_example(e2e, "2026-11-21T00:00:00+00:00", during=fault)
