@@ -87,16 +87,17 @@ def preempt_and_cancel_once_read(
     until the jobs end, and ``preempted_node_release_seconds`` more, as with the timer. After ``timeout`` the
     jobs end anyway, and the test shows what the provider made of that."""
     emulator.set_behaviour(**{**PREEMPTION_WINDOW, "preempted_node_release_seconds": node_release_seconds})
-    at = time.time()
     lost = emulator.call(
         lambda: emulator.workspace.preempt_cluster(cluster, "canceled", hold_end=True, hold_nodes=True)
     )
+    at = time.time()  # every read after this saw the nodes preempted: they stay in the gauge while held
     deadline = time.monotonic() + timeout
     read_up_at: float | None = None
     try:
         while time.monotonic() < deadline:
-            now = time.time()
-            if read_up_at is None and read_twice_since(emulator.requests(), job, cluster, at):
+            read_up = read_up_at is None and read_twice_since(emulator.requests(), job, cluster, at)
+            now = time.time()  # after the log was read: no later than the second read is then
+            if read_up:
                 read_up_at = now
             held = now - at >= PREEMPTION_WINDOW["capacity_cancel_after_seconds"]
             if held and read_up_at is not None and now - read_up_at >= AFTER_THE_READS:

@@ -187,13 +187,11 @@ def deferring_exits_received(e2e: E2E, run_id: str, partitions: int) -> bool:
     """The scheduler has received the executor's event for each scoring task's first try (the worker that
     deferred it has exited): its log says so, the only place Airflow records it."""
     log = (e2e.airflow.home / "scheduler.log").read_text(errors="replace")
-    received = {
-        index
-        for index in range(partitions)
-        for line in log.splitlines()
-        if "Received executor event" in line
-        and f"task_id='score_partition', run_id='{run_id}', try_number=1, map_index={index})" in line
-    }
+    keys = {f"task_id='score_partition', run_id='{run_id}', try_number=1, map_index={i})": i for i in range(partitions)}
+    received = set()
+    for line in log.splitlines():
+        if "Received executor event with state success" in line or "Received executor event with state failed" in line:
+            received.update(index for key, index in keys.items() if key in line)
     return len(received) == partitions
 
 
@@ -213,6 +211,7 @@ def test_person_cancels_a_job_while_its_task_is_deferred(e2e: E2E) -> None:
             wait_until(
                 lambda: deferring_exits_received(e2e, run_id, CONF["partitions"]),
                 timeout=180,
+                interval=1.0,
                 what="the scheduler receiving the deferring tries' exits",
             )
             job = partition_jobs(e2e, interval, index)[0]

@@ -41,6 +41,7 @@ TOLERANCE = 0.02  # issue 11: "within 2 % of the emulator's own bill"
 # 12 s timer this test once used, and every node change then fell into that gap, placed by interpolation (the
 # estimate is as fine as its reads; docs/cost.md), not by the reads.
 HELD = 3600.0
+TERMINAL = ("Completed", "Failed", "Canceled")
 READS_BEFORE_RELEASE = 3
 
 
@@ -64,12 +65,17 @@ def _cluster_reads_since(emulator: Emulator, since: float) -> int:
     )
 
 
-def _release_once_read(emulator: Emulator, since: float) -> None:
-    """Deallocate the cluster's evicted nodes once the wait has read them a few times after ``since`` (or
-    after 300 s: the test then fails on the bill, not by hanging on a full cluster)."""
+def _release_once_read(emulator: Emulator, since: float, job: str | None = None) -> None:
+    """Deallocate the cluster's evicted nodes once the wait has read them a few times after ``since``, or
+    ``job`` has ended (no wait reads then), or after 300 s: the test then fails on the bill, not by hanging
+    on a full cluster."""
+
+    def ended() -> bool:
+        return job is not None and emulator.call(lambda: emulator.workspace.jobs[job].status) in TERMINAL
+
     try:
         _until(
-            lambda: _cluster_reads_since(emulator, since) >= READS_BEFORE_RELEASE,
+            lambda: _cluster_reads_since(emulator, since) >= READS_BEFORE_RELEASE or ended(),
             "the wait never read the nodes",
             timeout=300,
         )
@@ -119,7 +125,7 @@ def preempt_then_evict(errors: list[BaseException]) -> Callable[[Emulator, str],
         on_both = time.time()
         _until(lambda: _cluster_reads_since(emulator, on_both) >= READS_BEFORE_RELEASE, "no read of both nodes")
         assert emulator.evict_nodes(CLUSTER, 1) == 1
-        _release_once_read(emulator, time.time())
+        _release_once_read(emulator, time.time(), job)
 
     return action
 
