@@ -50,11 +50,12 @@ class E2E:
         )
 
     def jobs_for(self, interval: str) -> list[Any]:
-        return [
-            j
-            for j in self.emulator.jobs()
-            if f"/input/{interval}/" in str(j.input_uri or "")  # the emulator's own record, not a wire field
-        ]
+        return [j for j in self.emulator.jobs() if self.is_for(j, interval)]
+
+    @staticmethod
+    def is_for(job: Any, interval: str) -> bool:
+        """The job scores ``interval``: the emulator's own record of its input, not a wire field."""
+        return f"/input/{interval}/" in str(job.input_uri or "")
 
     def rows(self, interval: str) -> tuple[int, int, int]:
         """(rows in, rows lost, rows duplicated) computed from the datastore, not from the DAG's own report."""

@@ -79,7 +79,7 @@ def test_job_not_responding_then_resuming(e2e: E2E) -> None:
         def stall_a_running_job() -> Any:  # found and stalled in one step on the emulator's loop: a job of about
             # 1 s could otherwise end between the two on a loaded machine (stall_job refuses an ended job)
             for job in e2e.emulator.workspace.jobs.values():
-                if job.status == "Running" and f"/input/{interval}/" in str(job.input_uri or ""):
+                if job.status == "Running" and e2e.is_for(job, interval):
                     return e2e.emulator.workspace.stall_job(job.name, 8)
             return None
 

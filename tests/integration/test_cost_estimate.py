@@ -159,15 +159,8 @@ def nodes_after_a_few_looks(emulator: Emulator, looks: int = 3) -> Iterator[None
     since = time.time()
     stop = threading.Event()
 
-    def reads() -> int:
-        return sum(
-            1
-            for r in emulator.requests()
-            if r["method"] == "GET" and r["path"].endswith(f"/computes/{CLUSTER}") and r["t"] > since
-        )
-
     def release() -> None:
-        while not stop.is_set() and reads() < looks:
+        while not stop.is_set() and _cluster_reads_since(emulator, since) < looks:
             time.sleep(0.01)
         emulator.set_capacity(CLUSTER, None)
 
