@@ -146,6 +146,35 @@ def merge(chain: Any, wait: Any, *, bridge: bool = True) -> dict[str, Any]:
     return out
 
 
+def jobs_without_node_count(usage: Any) -> list[str]:
+    """Jobs whose run times a wait recorded but not their node count (a batch job's GET has none): the floor
+    would take one node for them (``_run_of``)."""
+    return sorted(
+        {str(s["job"]) for s in _valid(usage)["spans"] if s.get("job") and _run_of(s) and not _nodes_known(s)}
+    )
+
+
+def with_node_counts(usage: Any, counts: Mapping[str, int]) -> dict[str, Any]:
+    """``usage`` with ``counts[job]`` as the node count of each of its spans that has none: the count the
+    operator knows (the invoke's ``instance_count``, else the deployment's), which Azure's job GET omits."""
+    out = _valid(usage)
+    out["spans"] = [
+        {**s, "instance_count": counts[s["job"]]}
+        if s.get("job") in counts and not _nodes_known(s) and _is_count(counts[s["job"]])
+        else s
+        for s in out["spans"]
+    ]
+    return out
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _nodes_known(span: Mapping[str, Any]) -> bool:
+    return _is_count(span.get("instance_count"))
+
+
 def combine(usages: Iterable[Any]) -> dict[str, Any]:
     """Usage of several tasks (a DAG run): spans side by side, no bridging between tasks."""
     out = empty_usage()
@@ -233,14 +262,13 @@ def _add_seconds(
 # --------------------------------------------------------------- the estimate
 def _run_of(span: Mapping[str, Any]) -> tuple[str, float, float, int] | None:
     """``(compute, start, end, nodes)`` of a span's job as run history recorded it, or None (not recorded:
-    a usage from before these fields, a job that never started). ``nodes``: the job's ``instance_count``, or
-    1 when the job resource does not say (a batch job's GET has none): a job that ran held at least one node."""
+    a usage from before these fields, a job that never started). ``nodes``: the job's ``instance_count`` (a batch job's
+    GET has none: the operator adds it, ``with_node_counts``), or 1 when unknown: a job that ran held one node."""
     start, end, nodes = span.get("started_at"), span.get("ended_at"), span.get("instance_count")
     numbers = [v for v in (start, end) if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(numbers) != 2 or not span.get("compute") or not end > start:
         return None
-    known = isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0
-    return str(span["compute"]), float(start), float(end), nodes if known else 1
+    return str(span["compute"]), float(start), float(end), nodes if _is_count(nodes) else 1
 
 
 def _window_seconds(

@@ -461,6 +461,22 @@ class AzureMLHook(BaseHook):
         deployment, the endpoint's default one. None when it cannot be read: the caller then keeps what it has."""
         from airflow_azureml.naming import deployment_fingerprint
 
+        document = self._batch_deployment(endpoint, deployment)
+        return deployment_fingerprint(document) if document else None
+
+    def deployment_nodes(self, endpoint: str, deployment: str | None) -> int | None:
+        """How many nodes each job of a batch deployment takes (``resources.instanceCount``; Azure's default is
+        1); with no deployment, the endpoint's default one. None when it cannot be read. A batch job's own GET
+        does not say (its ``compute.instanceCount`` is null), and the bill's floor needs it."""
+        document = self._batch_deployment(endpoint, deployment)
+        if not document:
+            return None
+        count = ((document.get("properties") or {}).get("resources") or {}).get("instanceCount", 1)
+        return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+
+    def _batch_deployment(self, endpoint: str, deployment: str | None) -> dict[str, Any] | None:
+        """A batch deployment's REST document (no deployment named: the endpoint's default), or None when it
+        cannot be read (logged)."""
         rest = self.rest()
         try:
             if not deployment:
@@ -473,7 +489,7 @@ class AzureMLHook(BaseHook):
         except AzureMLError as exc:
             self.log.warning("Could not read batch deployment %s/%s: %s", endpoint, deployment, exc)
             return None
-        return deployment_fingerprint(document) if document else None
+        return document if isinstance(document, dict) else None
 
     # ------------------------------------------------------------ batch invoke
     def invoke_batch_endpoint(

@@ -436,6 +436,17 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             properties=markers,
         )
 
+    def job_nodes(self, state: ResubmissionState, job_name: str) -> int | None:
+        """The invoke's ``instance_count``, else that of the deployment the job was sent to (one read per
+        deployment and try): Azure's GET of a batch job leaves its node count null."""
+        if self.instance_count is not None:
+            return int(self.instance_count)
+        deployment = self.fallback_deployment if state.on_fallback(job_name) else self.deployment_name
+        cache: dict[str | None, int | None] = self.__dict__.setdefault("_deployment_nodes", {})
+        if deployment not in cache:
+            cache[deployment] = self.hook.deployment_nodes(self.endpoint_name, deployment)
+        return cache[deployment]
+
     def superseded_by(self, snapshot: JobSnapshot) -> str | None:
         """The deployment the job ran on now runs another model, code or environment than when it was
         submitted (``naming.DEPLOYMENT_RUNS_TAG``): a model update followed by a re-run or a clear of an

@@ -224,6 +224,10 @@ def test_estimate_is_within_two_percent_of_the_emulators_bill(
     # preempted-state time as the counts show it, against the emulator's own
     assert entry["node_seconds"]["preempted"] == pytest.approx(bill["node_seconds"]["preempted"], rel=0.1)
     assert report["preemptions"] == 1 and report["lost_jobs"] == [result["job_names"][0]]
+    # Azure's GET of a batch job leaves its node count null: the lost attempt's floor takes the deployment's 2
+    # nodes (read by the operator), not one
+    lost_spans = [s for s in report["usage"]["spans"] if s["job"] == result["job_names"][0] and "started_at" in s]
+    assert lost_spans and {s["instance_count"] for s in lost_spans} == {2}, report["usage"]["spans"]
     assert report["evicted_node_hours"] > 0 and report["lost_node_hours"] > 0
     # all-dedicated: the work without the lost attempt and the evicted nodes' wait, at pay-as-you-go
     equivalent = report["dedicated_equivalent"]

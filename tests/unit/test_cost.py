@@ -234,6 +234,23 @@ def test_a_wait_keeps_the_ended_jobs_run_times_even_with_no_read() -> None:
     assert nothing.usage_dict() == cost.empty_usage()
 
 
+def test_the_operators_node_count_fills_only_spans_azure_left_unsized() -> None:
+    """A batch job's GET has a null node count: the operator's (the deployment's ``instance_count``) fills it,
+    and the floor then takes every node the job held, not one; a count the GET gave is never overwritten."""
+    unsized = {"job": "b", "compute": "spot-c", "points": [], "end": None, "started_at": 40, "ended_at": 60}
+    sized = ran({"job": "c", "compute": "spot-c", "points": [], "end": None}, 70, 80, 3)
+    unread = span("d", [[0, 0, 1, 0, 0, 0, 0]], end=30)  # no run times: no floor, so not asked for
+    chain = usage(unsized, sized, unread)
+    assert cost.jobs_without_node_count(chain) == ["b"]
+    filled = cost.with_node_counts(chain, {"b": 2, "c": 5, "d": 4})
+    assert [s.get("instance_count") for s in filled["spans"]] == [2, 3, 4]
+    assert cost.jobs_without_node_count(filled) == []
+    assert cost.with_node_counts(chain, {"b": 0})["spans"][0].get("instance_count") is None  # not a count
+    assert chain["spans"][0].get("instance_count") is None  # the caller's usage is not changed
+    report = cost.estimate(filled, PRICES, lost_jobs=["b", "c"])
+    assert report["lost_node_hours"] == pytest.approx((2 * 20 + 3 * 10) / 3600)
+
+
 def test_an_attempt_the_reads_covered_is_billed_from_the_reads_alone() -> None:
     # r0 ran 0..120 on 2 nodes by run history; the reads saw them run to 100, then evicted until the cancel
     reads = [[0, 0, 2, 0, 0, 0, 0], [100, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0], [150, 0, 0, 0, 0, 2, 0]]
