@@ -200,12 +200,25 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             # A look during the wait for late evidence: the job had ended, and its nodes were counted when it was
             # first seen so; a reading now (minutes later, maybe another job's nodes) would be bridged onto it.
             return
-        missing = cost.jobs_without_node_count(usage)
-        if missing:
-            counts = {job: nodes for job in missing if (nodes := self.job_nodes(state, job)) is not None}
-            usage = cost.with_node_counts(usage, counts)
+        usage = cost.with_node_counts(usage, self._node_counts(state, cost.jobs_without_node_count(usage)))
         state.usage = cost.merge(state.usage, usage)
         self._remember(context, state)
+
+    def _node_counts(self, state: ResubmissionState, jobs: list[str]) -> dict[str, int]:
+        """``job_nodes`` of each job; a read that fails leaves the count unknown (the bill is a report: it never
+        fails the task)."""
+        counts: dict[str, int] = {}
+        for job in jobs:
+            try:
+                nodes = self.job_nodes(state, job)
+            except Exception as exc:
+                from airflow_azureml.redaction import scrub
+
+                self.log.warning("Could not read the node count of job %s for its bill: %s", job, scrub(str(exc)))
+                continue
+            if nodes is not None:
+                counts[job] = nodes
+        return counts
 
     def job_nodes(self, state: ResubmissionState, job_name: str) -> int | None:
         """How many nodes ``job_name`` held, when Azure's job GET does not say (a batch job's); None: unknown,

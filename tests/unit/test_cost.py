@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -302,3 +304,53 @@ def test_a_compute_without_node_counts_gets_no_floor() -> None:
     chain = {"v": 1, "computes": {}, "spans": [ran(failed, 0, 3600, 2)]}
     report = cost.estimate(chain, {}, lost_jobs=[])
     assert report["node_hours_total"] == 0 and report["cost"] == 0 and report["cost_unknown"] is None
+
+
+def _invoke(**kwargs: Any) -> Any:
+    from airflow_azureml.operators import AzureMLInvokeBatchEndpointOperator
+
+    op = AzureMLInvokeBatchEndpointOperator(
+        task_id="t",
+        endpoint_name="ep",
+        deployment_name="spot",
+        inputs={"d": "azureml://datastores/ws/paths/in/"},
+        **kwargs,
+    )
+    op.__dict__["hook"] = mock.MagicMock()
+    op.__dict__["_remember"] = lambda context, state: None
+    return op
+
+
+def _ended(job: str) -> dict:
+    return usage({"job": job, "compute": "spot-c", "points": [], "end": None, "started_at": 40, "ended_at": 60})
+
+
+def test_the_invoke_asks_the_deployment_its_job_ran_on_once_per_try() -> None:
+    from airflow_azureml.lifecycle import ResubmissionState
+
+    op = _invoke(fallback_deployment="dedicated")
+    op.hook.deployment_nodes.side_effect = lambda endpoint, deployment: {"spot": 2, "dedicated": 3}[deployment]
+    state = ResubmissionState(key="k", job_names=["a", "b", "c"], fallback_rule="deadline", fallback_from=2)
+    for job in ("a", "b", "c"):
+        op._add_usage(None, state, _ended(job))
+    assert [(s["job"], s["instance_count"]) for s in state.usage["spans"]] == [("a", 2), ("b", 2), ("c", 3)]
+    assert sorted(c.args for c in op.hook.deployment_nodes.call_args_list) == [("ep", "dedicated"), ("ep", "spot")]
+    given = _invoke(instance_count=4)  # the invoke's own override: no read
+    given._add_usage(None, state := ResubmissionState(key="k", job_names=["a"]), _ended("a"))
+    assert state.usage["spans"][0]["instance_count"] == 4 and given.hook.deployment_nodes.call_count == 0
+
+
+def test_a_node_count_that_cannot_be_read_never_fails_the_task(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from airflow_azureml.lifecycle import ResubmissionState
+
+    op = _invoke()
+    op.hook.deployment_nodes.side_effect = RuntimeError("read failed: sig=c2VjcmV0c2VjcmV0")
+    state = ResubmissionState(key="k", job_names=["a"])
+    op._add_usage(None, state, _ended("a"))  # no exception
+    (span,) = state.usage["spans"]
+    assert "instance_count" not in span  # unknown: the floor takes one node
+    captured = capsys.readouterr()  # the operator's log: structlog's stdout (3.3), or stdlib logging
+    logged = captured.out + captured.err + caplog.text
+    assert "Could not read the node count of job a" in logged and "c2VjcmV0c2VjcmV0" not in logged, logged
