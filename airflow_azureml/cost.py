@@ -146,12 +146,14 @@ def merge(chain: Any, wait: Any, *, bridge: bool = True) -> dict[str, Any]:
     return out
 
 
-def jobs_without_node_count(usage: Any) -> list[str]:
-    """Jobs whose run times a wait recorded but not their node count (a batch job's GET has none): the floor
-    would take one node for them (``_run_of``)."""
-    return sorted(
-        {str(s["job"]) for s in _valid(usage)["spans"] if s.get("job") and _run_of(s) and not _nodes_known(s)}
-    )
+def jobs_without_node_count(usage: Any) -> dict[str, str]:
+    """Job -> compute of the jobs whose run times a wait recorded but not their node count (a batch job's GET
+    has none): the floor would take one node for them (``_run_of``)."""
+    return {
+        str(s["job"]): str(s["compute"])
+        for s in _valid(usage)["spans"]
+        if s.get("job") and _run_of(s) and not _nodes_known(s)
+    }
 
 
 def with_node_counts(usage: Any, counts: Mapping[str, int]) -> dict[str, Any]:

@@ -464,15 +464,20 @@ class AzureMLHook(BaseHook):
         document = self._batch_deployment(endpoint, deployment)
         return deployment_fingerprint(document) if document else None
 
-    def deployment_nodes(self, endpoint: str, deployment: str | None) -> int | None:
-        """How many nodes each job of a batch deployment takes (``resources.instanceCount``; Azure's default is
-        1); with no deployment, the endpoint's default one. None when it cannot be read. A batch job's own GET
-        does not say (its ``compute.instanceCount`` is null), and the bill's floor needs it."""
+    def deployment_nodes(self, endpoint: str, deployment: str | None) -> tuple[str | None, int | None]:
+        """``(compute, nodes)`` of a batch deployment: the compute's name and how many nodes each of its jobs
+        takes (``resources.instanceCount``; Azure's default is 1); with no deployment, the endpoint's default
+        one. ``(None, None)`` when it cannot be read. A batch job's own GET does not say how many nodes it held
+        (its ``compute.instanceCount`` is null), and the bill's floor needs it."""
         document = self._batch_deployment(endpoint, deployment)
         if not document:
-            return None
-        count = ((document.get("properties") or {}).get("resources") or {}).get("instanceCount", 1)
-        return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+            return None, None
+        from airflow_azureml.specs import short_name
+
+        props = document.get("properties") or {}
+        compute = short_name(props.get("compute")) or None  # an ARM id, or azureml:<name>
+        count = (props.get("resources") or {}).get("instanceCount", 1)
+        return compute, count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
 
     def _batch_deployment(self, endpoint: str, deployment: str | None) -> dict[str, Any] | None:
         """A batch deployment's REST document (no deployment named: the endpoint's default), or None when it

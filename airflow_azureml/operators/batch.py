@@ -436,16 +436,22 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
             properties=markers,
         )
 
-    def job_nodes(self, state: ResubmissionState, job_name: str) -> int | None:
-        """The invoke's ``instance_count``, else that of the deployment the job was sent to (one read per
-        deployment and try): Azure's GET of a batch job leaves its node count null."""
+    def job_nodes(self, state: ResubmissionState, job_name: str, compute: str) -> int | None:
+        """The invoke's ``instance_count``, else that of the deployment whose compute the job ran on: the one
+        the chain sent it to first, then the other (a clear or a lost try state forgets the switch). Each
+        deployment is read once per task process: Azure's GET of a batch job leaves its node count null."""
         if self.instance_count is not None:
             return int(self.instance_count)
-        deployment = self.fallback_deployment if state.on_fallback(job_name) else self.deployment_name
-        cache: dict[str | None, int | None] = self.__dict__.setdefault("_deployment_nodes", {})
-        if deployment not in cache:
-            cache[deployment] = self.hook.deployment_nodes(self.endpoint_name, deployment)
-        return cache[deployment]
+        sent_to = self.fallback_deployment if state.on_fallback(job_name) else self.deployment_name
+        other = self.deployment_name if sent_to == self.fallback_deployment else self.fallback_deployment
+        cache: dict[str | None, tuple[str | None, int | None]] = self.__dict__.setdefault("_deployment_nodes", {})
+        for deployment in (sent_to, other) if other else (sent_to,):
+            if deployment not in cache:
+                cache[deployment] = self.hook.deployment_nodes(self.endpoint_name, deployment)
+            ran_on, nodes = cache[deployment]
+            if ran_on == compute:
+                return nodes
+        return None  # neither deployment runs on that compute now: unknown
 
     def superseded_by(self, snapshot: JobSnapshot) -> str | None:
         """The deployment the job ran on now runs another model, code or environment than when it was

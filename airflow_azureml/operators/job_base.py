@@ -204,13 +204,13 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state.usage = cost.merge(state.usage, usage)
         self._remember(context, state)
 
-    def _node_counts(self, state: ResubmissionState, jobs: list[str]) -> dict[str, int]:
-        """``job_nodes`` of each job; a read that fails leaves the count unknown (the bill is a report: it never
-        fails the task)."""
+    def _node_counts(self, state: ResubmissionState, jobs: dict[str, str]) -> dict[str, int]:
+        """``job_nodes`` of each job (job -> the compute it ran on); a read that fails leaves the count unknown
+        (the bill is a report: it never fails the task)."""
         counts: dict[str, int] = {}
-        for job in jobs:
+        for job, compute in jobs.items():
             try:
-                nodes = self.job_nodes(state, job)
+                nodes = self.job_nodes(state, job, compute)
             except Exception as exc:
                 from airflow_azureml.redaction import scrub
 
@@ -220,9 +220,9 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 counts[job] = nodes
         return counts
 
-    def job_nodes(self, state: ResubmissionState, job_name: str) -> int | None:
-        """How many nodes ``job_name`` held, when Azure's job GET does not say (a batch job's); None: unknown,
-        and the bill's floor then takes one node (docs/cost.md)."""
+    def job_nodes(self, state: ResubmissionState, job_name: str, compute: str) -> int | None:
+        """How many nodes ``job_name`` held on ``compute``, when Azure's job GET does not say (a batch job's);
+        None: unknown, and the bill's floor then takes one node (docs/cost.md)."""
         return None
 
     def _estimate_cost(self, state: ResubmissionState) -> dict[str, Any] | None:

@@ -243,10 +243,10 @@ def test_the_operators_node_count_fills_only_spans_azure_left_unsized() -> None:
     sized = ran({"job": "c", "compute": "spot-c", "points": [], "end": None}, 70, 80, 3)
     unread = span("d", [[0, 0, 1, 0, 0, 0, 0]], end=30)  # no run times: no floor, so not asked for
     chain = usage(unsized, sized, unread)
-    assert cost.jobs_without_node_count(chain) == ["b"]
+    assert cost.jobs_without_node_count(chain) == {"b": "spot-c"}
     filled = cost.with_node_counts(chain, {"b": 2, "c": 5, "d": 4})
     assert [s.get("instance_count") for s in filled["spans"]] == [2, 3, 4]
-    assert cost.jobs_without_node_count(filled) == []
+    assert cost.jobs_without_node_count(filled) == {}
     assert cost.with_node_counts(chain, {"b": 0})["spans"][0].get("instance_count") is None  # not a count
     assert chain["spans"][0].get("instance_count") is None  # the caller's usage is not changed
     report = cost.estimate(filled, PRICES, lost_jobs=["b", "c"])
@@ -321,20 +321,31 @@ def _invoke(**kwargs: Any) -> Any:
     return op
 
 
-def _ended(job: str) -> dict:
-    return usage({"job": job, "compute": "spot-c", "points": [], "end": None, "started_at": 40, "ended_at": 60})
+def _ended(job: str, compute: str = "spot-c") -> dict:
+    return usage({"job": job, "compute": compute, "points": [], "end": None, "started_at": 40, "ended_at": 60})
 
 
-def test_the_invoke_asks_the_deployment_its_job_ran_on_once_per_try() -> None:
+def test_the_invoke_asks_the_deployment_its_job_ran_on_once_per_process() -> None:
+    """By the compute the job ran on: the deployment the chain sent it to first, then the other one (a clear
+    or a lost try state forgets the switch to the fallback); each deployment read once."""
     from airflow_azureml.lifecycle import ResubmissionState
 
+    deployments = {"spot": ("spot-c", 2), "dedicated": ("dedicated-c", 3)}
     op = _invoke(fallback_deployment="dedicated")
-    op.hook.deployment_nodes.side_effect = lambda endpoint, deployment: {"spot": 2, "dedicated": 3}[deployment]
+    op.hook.deployment_nodes.side_effect = lambda endpoint, deployment: deployments[deployment]
     state = ResubmissionState(key="k", job_names=["a", "b", "c"], fallback_rule="deadline", fallback_from=2)
-    for job in ("a", "b", "c"):
-        op._add_usage(None, state, _ended(job))
+    for job, compute in (("a", "spot-c"), ("b", "spot-c"), ("c", "dedicated-c")):
+        op._add_usage(None, state, _ended(job, compute))
     assert [(s["job"], s["instance_count"]) for s in state.usage["spans"]] == [("a", 2), ("b", 2), ("c", 3)]
     assert sorted(c.args for c in op.hook.deployment_nodes.call_args_list) == [("ep", "dedicated"), ("ep", "spot")]
+    # cleared: the switch is forgotten, but the job ran on the dedicated compute, so it is the fallback's count
+    cleared = _invoke(fallback_deployment="dedicated")
+    cleared.hook.deployment_nodes.side_effect = lambda endpoint, deployment: deployments[deployment]
+    cleared._add_usage(None, state := ResubmissionState(key="k", job_names=["c"]), _ended("c", "dedicated-c"))
+    assert state.usage["spans"][0]["instance_count"] == 3
+    # a compute neither deployment runs on now: unknown (the one-node floor), not a guess
+    cleared._add_usage(None, state := ResubmissionState(key="k", job_names=["d"]), _ended("d", "old-c"))
+    assert "instance_count" not in state.usage["spans"][0]
     given = _invoke(instance_count=4)  # the invoke's own override: no read
     given._add_usage(None, state := ResubmissionState(key="k", job_names=["a"]), _ended("a"))
     assert state.usage["spans"][0]["instance_count"] == 4 and given.hook.deployment_nodes.call_count == 0
