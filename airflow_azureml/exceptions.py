@@ -7,6 +7,8 @@
 - ``AzureMLJobCanceledError``: a person cancelled the job. Fails without retry: a person's decision
   is final; clearing the task is the request to run the work again.
 - ``AzureMLJobQueueTimeoutError``: the job waited for capacity longer than ``max_queue_time``.
+- ``AzureMLDeadlineError``: with ``on_infeasible_deadline="fail"``, not even the fallback can finish the work
+  by its deadline. Raised before the unit's first job; fails without retry (time only makes it later).
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class AzureMLJobCanceledError(AirflowFailException, AzureMLJobError):
 
 class AzureMLJobQueueTimeoutError(AzureMLJobError):
     """The job stayed queued for capacity longer than ``max_queue_time``."""
+
+
+class AzureMLDeadlineError(AirflowFailException, AzureMLError):
+    """Not even the fallback finishes the unit by its deadline, and ``on_infeasible_deadline="fail"`` asked
+    for a failure then, before any job is sent. An ``AirflowFailException``: a retry is only later."""
 
 
 def _rebuild(cls: type[AzureMLJobError], message: str, job_name: str | None, status: str | None) -> AzureMLJobError:

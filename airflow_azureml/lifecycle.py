@@ -293,7 +293,7 @@ def before_submit(state: ResubmissionState, limits: Limits, *, decided: bool) ->
     unless the caller has just asked (after a preemption), the spot policy: before the first job, and
     after a failure, a cancel or a clear."""
     first = not state.job_names
-    # not while an earlier try's submit is still to be found (its job may run): the check only informs anyway
+    # not while an earlier try's submit is still to be found (its job may run: failing now would orphan it)
     check = first and state.submitting is None and limits.deadline is not None
     deadline: list[Action] = [CheckDeadline()] if check else []
     if limits.fallback is None:

@@ -102,7 +102,8 @@ DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
 CAPACITY_CONN_ID = os.environ.get("AZUREML_CAPACITY_POOL_CONN_ID", "")
 CAPACITY_POOL = f"azureml_capacity_{CLUSTER}" if CAPACITY_CONN_ID else "default_pool"
 # When each partition must be scored by (docs/operators.md, "A deadline for the work"): e.g. "+6h" after the
-# data interval's end, or an ISO-8601 time with its offset. Unset: no deadline.
+# data interval's end, or an ISO-8601 time with its offset. Unset: no deadline. The default of the run's
+# ``deadline`` param, which a manual run's conf may set.
 DEADLINE = os.environ.get("AZUREML_DEADLINE") or None
 
 
@@ -121,6 +122,11 @@ with DAG(
         "rows_per_file": Param(25, type="integer", minimum=1),
         # Give up on a job that waits this long for spot capacity (it is cancelled on the last try).
         "max_queue_seconds": Param(6 * 3600, type="number", exclusiveMinimum=0),
+        # When each partition must be scored by (AZUREML_DEADLINE by default; empty: none), and what a deadline
+        # that not even the dedicated fallback can meet does: "fallback" finishes as early as it can, "fail"
+        # fails the partition before any job is sent.
+        "deadline": Param(DEADLINE or "", type="string"),
+        "on_infeasible_deadline": Param("fallback", type="string", enum=["fallback", "fail"]),
     },
     tags=["azureml", "low-priority", "example"],
     doc_md=__doc__,
@@ -194,7 +200,8 @@ with DAG(
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         max_queue_time="{{ params.max_queue_seconds }}",
-        deadline=DEADLINE,
+        deadline="{{ params.deadline }}",
+        on_infeasible_deadline="{{ params.on_infeasible_deadline }}",
         map_index_template="{{ task.job_identity }}",
         pool=CAPACITY_POOL,
     ).expand_kwargs(planned := plan(extracted := extract()))

@@ -324,6 +324,7 @@ class AzureMLInvokeBatchEndpointOperator(AzureMLJobOperatorBase):
         "experiment_name",
         "max_queue_time",
         "deadline",
+        "on_infeasible_deadline",
     )
     template_fields_renderers = {"inputs": "json", "outputs": "json"}
 

@@ -67,9 +67,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         on_ambiguous_cancel: str = "fail",
         evidence_wait: float = 900.0,
         deadline: datetime | timedelta | str | None = None,
+        on_infeasible_deadline: str = "fallback",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # a deadline not even the fallback meets: "fallback" (finish as early as it can) or "fail" (before any job)
+        self.on_infeasible_deadline = on_infeasible_deadline
         # when the unit must be done: an aware time, or an offset after the data interval's end (docs/operators.md)
         self.deadline = deadline
         self._deadline: datetime | timedelta | None = None  # parsed by validate()
@@ -183,6 +186,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             log=self.log,
             stores=self.__dict__.setdefault("_history_stores", {}),  # one per task process and target
             deadline=self._deadline_at,
+            fail_infeasible=self.on_infeasible_deadline == "fail",
         )
 
     def spot_target(self) -> str | None:

@@ -176,6 +176,11 @@ def check_settings(op: AzureMLJobOperatorBase) -> dict[str, dict[str, float]]:
             f"on_ambiguous_cancel must be 'fail' or 'resubmit', got {op.on_ambiguous_cancel!r}: what a cancel "
             "that no witness tells from lost capacity means (docs/operators.md)."
         )
+    if op.on_infeasible_deadline not in ("fallback", "fail", "", None):  # empty (a template's nothing): the default
+        raise AzureMLConfigError(
+            f"on_infeasible_deadline must be 'fallback' or 'fail', got {op.on_infeasible_deadline!r}: what a deadline "
+            "that not even the fallback can meet means (docs/spot_policy.md)."
+        )
     wait = op.evidence_wait
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
         raise AzureMLConfigError(f"evidence_wait must be a finite number of seconds >= 0, got {wait!r}.")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from airflow_azureml.hooks.azure_ml import AzureMLHook
@@ -88,8 +88,10 @@ class SpotCluster:
         log: logging.Logger,
         stores: dict[str, HistoryStore] | None = None,
         deadline: float | None = None,
+        fail_infeasible: bool = False,
     ) -> None:
         self.deadline = deadline
+        self.fail_infeasible = fail_infeasible
         self.hook = hook
         self.target = target
         self.has_fallback = has_fallback
@@ -122,10 +124,11 @@ class SpotCluster:
     def check_deadline(self, state: ResubmissionState) -> None:
         """Before a unit's first job: say at once what the deadline allows, as a warning when nothing meets it.
 
-        Never fails the task: the work estimate comes from the cluster's history (other units' jobs too),
-        and Airflow's own deadline alerts notify, they do not stop a run. A deadline nothing can meet sends
+        By default never fails the task: the work estimate comes from the cluster's history (other units' jobs
+        too), and Airflow's own deadline alerts notify, they do not stop a run. A deadline nothing can meet sends
         the unit to the fallback to finish as early as it can (``spot_policy.decide``); one already past is
-        missed and not applied (docs/operators.md).
+        missed and not applied. With ``fail_infeasible`` (``on_infeasible_deadline="fail"``: late output is
+        worth nothing) both fail the task instead, before any job is sent (docs/spot_policy.md).
         """
         from airflow_azureml import deadline as deadlines
         from airflow_azureml import spot_policy
@@ -140,6 +143,8 @@ class SpotCluster:
         deadline, now = _when(planned.deadline), _when(planned.now)
         work = "unknown" if planned.work_hours is None else f"{planned.work_hours:.3g} h"
         if planned.verdict == deadlines.VERDICT_INFEASIBLE and planned.hours_left <= 0:
+            if self.fail_infeasible:
+                self._fail(f"Deadline {deadline} has passed (now {now}).")
             self.log.warning(
                 "Deadline %s has passed (now %s): it is missed already and not applied; the unit runs as it would "
                 "without a deadline.",
@@ -149,18 +154,15 @@ class SpotCluster:
             return
         if planned.verdict == deadlines.VERDICT_INFEASIBLE:
             fastest = "unknown" if planned.fastest_finish is None else _when(planned.fastest_finish)
-            self.log.warning(
-                "Deadline %s cannot be met even on dedicated compute: now %s, work estimate %s (the cluster's "
-                "history), fastest finish %s (%s). %s",
-                deadline,
-                now,
-                work,
-                fastest,
-                planned.reason,
-                "The unit goes to the fallback to finish as early as it can."
-                if self.has_fallback
-                else "With no fallback, it runs on spot.",
+            on = "even on dedicated compute" if self.has_fallback else "even on spot with no preemption (no fallback)"
+            said = (
+                f"Deadline {deadline} cannot be met {on}: now {now}, work estimate {work} (the cluster's history), "
+                f"fastest finish {fastest} ({planned.reason})."
             )
+            if self.fail_infeasible:
+                self._fail(said)
+            then = "The unit goes to the fallback to finish as early as it can."
+            self.log.warning("%s %s", said, then if self.has_fallback else "With no fallback, it runs on spot.")
             return
         if planned.verdict == deadlines.VERDICT_UNKNOWN:
             self.log.info("Deadline %s: it cannot be checked yet (%s).", deadline, planned.reason)
@@ -209,6 +211,16 @@ class SpotCluster:
             now=time.time(),
             deadline=self.deadline,
             **extra,
+        )
+
+    def _fail(self, said: str) -> NoReturn:
+        """``on_infeasible_deadline="fail"``: the task fails here, before any job is sent; not retried."""
+        from airflow_azureml.exceptions import AzureMLDeadlineError
+
+        instead = "finish on the fallback as early as it can" if self.has_fallback else "run on spot anyway"
+        raise AzureMLDeadlineError(
+            f"{said} No job was sent (on_infeasible_deadline='fail'): move the deadline, or set "
+            f"on_infeasible_deadline='fallback' to {instead}."
         )
 
     def record(self, state: ResubmissionState, job: str, *, preempted: bool) -> None:

@@ -36,6 +36,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         "experiment_name",
         "max_queue_time",
         "deadline",
+        "on_infeasible_deadline",
     )
     template_fields_renderers = {"command": "bash", "inputs": "json"}
 

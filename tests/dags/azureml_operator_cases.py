@@ -71,6 +71,7 @@ INVOKE_KEYS = (
     "on_ambiguous_cancel",
     "evidence_wait",
     "deadline",
+    "on_infeasible_deadline",
 )
 INVOKE_ARGS = {key: CASE[key] for key in INVOKE_KEYS if key in CASE}
 if "fallback_compute" in CASE:  # refused by the invoke operator: a deployment's compute is fixed

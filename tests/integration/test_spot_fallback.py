@@ -7,6 +7,7 @@ that every input row is scored exactly once, by the job that ran last.
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -386,6 +387,26 @@ def test_an_impossible_deadline_is_said_at_once_and_the_unit_finishes_on_the_fal
     assert [(d, c) for _, d, c in deployments_of(workspace)] == [(FALLBACK, "dedicated-pool")]
     assert stored_state(run)["fallback_rule"] == "deadline"
     assert_scored_once(workspace, xcom_value(run, "invoke")["job_name"])
+
+
+def test_an_impossible_deadline_fails_before_any_job_when_asked(workspace: Emulator, run_case: Any) -> None:
+    """``on_infeasible_deadline="fail"``: the same deadline fails the task at once, with the numbers that
+    decided it, before any job is sent; it is not retried (a retry is only later)."""
+    seed_cluster_history()  # an hour of work a unit; half an hour left
+    deadline = in_hours(0.5)
+    case = {"fallback_deployment": FALLBACK, "deadline": deadline, "on_infeasible_deadline": "fail", "retries": 2}
+    run, failures = run_case("azureml_invoke_case", case)
+    assert str(run.state) == "failed", task_states(run)
+    assert workspace.jobs() == [], [j.name for j in workspace.jobs()]  # nothing sent
+    ((failure,),) = [[f for f in failures if f["task"] == "invoke"]]
+    assert failure["type"] == "AzureMLDeadlineError", failures
+    message = failure["message"]
+    assert f"Deadline {deadline} cannot be met even on dedicated compute" in message, message
+    assert "on_infeasible_deadline='fallback'" in message, message
+    found = re.search(r"work estimate ([0-9.]+) h .*fastest finish (\S+) ", message)
+    assert found and 0.5 < float(found[1]) <= 1.0, message  # the seeded hour, less the cluster's start-up
+    assert datetime.fromisoformat(found[2]) > datetime.fromisoformat(deadline), message
+    assert task_states(run)["invoke"] == "failed"
 
 
 def test_an_offset_counts_from_the_runs_data_interval_and_a_passed_one_is_not_applied(

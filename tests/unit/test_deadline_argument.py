@@ -12,7 +12,7 @@ import pendulum
 import pytest
 
 from airflow_azureml import lifecycle
-from airflow_azureml.exceptions import AzureMLConfigError
+from airflow_azureml.exceptions import AirflowFailException, AzureMLConfigError
 from airflow_azureml.lifecycle import Limits, ResubmissionState
 from airflow_azureml.operators.job_settings import parse_deadline, resolve_deadline
 from airflow_azureml.spot_policy import SpotHistory
@@ -229,7 +229,9 @@ def test_a_deadline_is_checked_before_the_units_first_job() -> None:
     assert lifecycle.before_submit(later, limits, decided=False) == ()
 
 
-def cluster(history: SpotHistory, deadline: float | None, *, has_fallback: bool = True) -> Any:
+def cluster(
+    history: SpotHistory, deadline: float | None, *, has_fallback: bool = True, fail_infeasible: bool = False
+) -> Any:
     from airflow_azureml.operators.job_spot import SpotCluster
 
     store = mock.MagicMock()
@@ -245,6 +247,7 @@ def cluster(history: SpotHistory, deadline: float | None, *, has_fallback: bool 
         remember=lambda state: None,
         log=logging.getLogger("test"),
         deadline=deadline,
+        fail_infeasible=fail_infeasible,
     )
 
 
@@ -261,9 +264,63 @@ def test_a_deadline_nothing_can_meet_is_said_at_once_with_its_numbers(
     with mock.patch("time.time", return_value=T0), caplog.at_level(logging.INFO):
         spot.check_deadline(ResubmissionState(key="k"))
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    for part in ("cannot be met even on dedicated compute", "now", "work estimate 1.99 h", "fastest finish"):
+    on = "even on dedicated compute" if has_fallback else "even on spot with no preemption (no fallback)"
+    for part in (f"cannot be met {on}", "now", "work estimate 1.99 h", "fastest finish"):
         assert part in warning
     assert ("goes to the fallback" if has_fallback else "runs on spot") in warning
+
+
+@pytest.mark.parametrize("has_fallback", [True, False])
+def test_on_infeasible_deadline_fail_raises_with_its_numbers_and_nothing_else_does(
+    has_fallback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``on_infeasible_deadline="fail"``: a deadline nothing meets, or one already past, fails the task (no retry),
+    saying why and how to change it; one that fits and unknown work still do not."""
+    from airflow_azureml.exceptions import AzureMLDeadlineError
+
+    for deadline, says in ((T0 + 3600, "cannot be met"), (T0 - 60, "has passed")):
+        spot = cluster(TWO_HOURS, deadline=deadline, has_fallback=has_fallback, fail_infeasible=True)
+        with mock.patch("time.time", return_value=T0), pytest.raises(AzureMLDeadlineError) as raised:
+            spot.check_deadline(ResubmissionState(key="k"))
+        message = str(raised.value)
+        assert says in message and "No job was sent" in message, message
+        instead = "to finish on the fallback" if has_fallback else "to run on spot anyway"
+        assert f"on_infeasible_deadline='fallback' {instead}" in message, message
+        assert isinstance(raised.value, AirflowFailException)
+    spot = cluster(TWO_HOURS, deadline=T0 + 3600, has_fallback=has_fallback, fail_infeasible=True)
+    with mock.patch("time.time", return_value=T0), pytest.raises(AzureMLDeadlineError) as raised:
+        spot.check_deadline(ResubmissionState(key="k"))
+    for part in ("work estimate 1.99 h", "fastest finish"):
+        assert part in str(raised.value)
+    for history, deadline in ((TWO_HOURS, T0 + 10 * 3600), (SpotHistory(), T0 + 60)):
+        with mock.patch("time.time", return_value=T0), caplog.at_level(logging.INFO):
+            cluster(history, deadline, has_fallback=has_fallback, fail_infeasible=True).check_deadline(
+                ResubmissionState(key="k")
+            )
+
+
+def test_on_infeasible_deadline_renders_from_params_then_decides() -> None:
+    """Templated (the example DAG takes it from the run's params); empty is the default, as for ``deadline``."""
+    from airflow.sdk import DAG
+
+    for given, fails in (("fail", True), ("fallback", False), ("", False)):
+        with DAG("d", schedule=None, start_date=LOGICAL):
+            op = batch(endpoint_name="scoring-ep", deadline="+6h", on_infeasible_deadline="{{ params.infeasible }}")
+        assert "on_infeasible_deadline" in op.template_fields
+        op.render_template_fields({"params": {"infeasible": given}, "data_interval_end": END, "logical_date": LOGICAL})
+        op.validate()
+        op.__dict__["hook"] = mock.MagicMock()
+        assert op._spot().fail_infeasible is fails, given
+
+
+@pytest.mark.parametrize("make", [batch, command])
+def test_on_infeasible_deadline_is_checked_before_any_api_call(make: Any) -> None:
+    op = make(deadline="+6h", on_infeasible_deadline="stop")
+    hook = mock.MagicMock()
+    op.__dict__["hook"] = hook
+    with pytest.raises(AzureMLConfigError, match="on_infeasible_deadline must be 'fallback' or 'fail'"):
+        op.execute({"data_interval_end": END, "logical_date": LOGICAL, "ti": mock.MagicMock()})
+    assert hook.mock_calls == []
 
 
 def test_a_deadline_already_past_is_missed_and_not_applied(caplog: pytest.LogCaptureFixture) -> None:
