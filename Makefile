@@ -45,7 +45,8 @@ test: $(STAMP)
 # The distributed deployment (CeleryExecutor on Redis, two Celery workers, two triggerers): backfills under
 # evictions, each reprocess behaviour, rolling restarts. And the partitioned-asset chain, which needs the scheduler
 # to create runs (tests/e2e/test_partitioned_assets.py, its own LocalExecutor deployment: 2.5 min), and the savings
-# view in headless Chromium on that deployment's runs (Debian's chromium, docs/ui.md). About 15 min,
+# view in headless Chromium on that deployment's runs (Debian's chromium, docs/ui.md). And the deadline rows
+# (tests/e2e/test_deadline.py, a LocalExecutor deployment of their own: about 6 min). About 20 min,
 # mostly waiting; .ci/run runs it beside the Airflow 3.1/3.2 runs, so that `make test` stays within its 12 min
 # (docs/backfills.md, docs/assets.md).
 test-distributed: $(STAMP)
