@@ -122,10 +122,10 @@ with DAG(
         "rows_per_file": Param(25, type="integer", minimum=1),
         # Give up on a job that waits this long for spot capacity (it is cancelled on the last try).
         "max_queue_seconds": Param(6 * 3600, type="number", exclusiveMinimum=0),
-        # When each partition must be scored by (AZUREML_DEADLINE by default; empty: none), and what a deadline
+        # When each partition must be scored by (AZUREML_DEADLINE by default; null or empty: none), and what a deadline
         # that not even the dedicated fallback can meet does: "fallback" finishes as early as it can, "fail"
         # fails the partition before any job is sent.
-        "deadline": Param(DEADLINE or "", type="string"),
+        "deadline": Param(DEADLINE, type=["null", "string"]),
         "on_infeasible_deadline": Param("fallback", type="string", enum=["fallback", "fail"]),
     },
     tags=["azureml", "low-priority", "example"],
@@ -200,7 +200,7 @@ with DAG(
         deferrable=DEFERRABLE,
         polling={"interval": POLL_SECONDS, "max_interval": MAX_POLL_SECONDS},
         max_queue_time="{{ params.max_queue_seconds }}",
-        deadline="{{ params.deadline }}",
+        deadline="{{ params.deadline or '' }}",
         on_infeasible_deadline="{{ params.on_infeasible_deadline }}",
         map_index_template="{{ task.job_identity }}",
         pool=CAPACITY_POOL,

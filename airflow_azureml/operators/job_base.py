@@ -92,6 +92,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         self.deferrable = deferrable
         self._state: ResubmissionState | None = None
         self._context: Any = None
+        self._fresh_start = False  # in ``execute`` (not back from a deferral or a back-off): see _may_fail_fast
         self._cost_report: dict[str, Any] | None = None  # this run's bill, for the OpenLineage facet
         self._journaled: dict[int, str] = {}  # the unit journal's jobs, read when the task state had none
 
@@ -186,8 +187,16 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             log=self.log,
             stores=self.__dict__.setdefault("_history_stores", {}),  # one per task process and target
             deadline=self._deadline_at,
-            fail_infeasible=self.on_infeasible_deadline == "fail",
+            fail_infeasible=self._may_fail_fast() if self.on_infeasible_deadline == "fail" else None,
         )
+
+    def _may_fail_fast(self) -> bool:
+        """``on_infeasible_deadline="fail"`` applies on the task instance's first try, in ``execute`` only: a
+        retry, a clear or a resume may follow a job an earlier run of the task sent that no record shows yet (a
+        lost task state, a lagging LIST), and failing then would leave it unwatched. There the deadline is a
+        warning and the unit finishes on the fallback, as by default."""
+        ti = self._context.get("ti") if self._context is not None else None
+        return self._fresh_start and getattr(ti, "try_number", 1) == 1
 
     def spot_target(self) -> str | None:
         """What names the spot cluster this operator's jobs run on: the key of its shared ``SpotHistory``."""
@@ -258,6 +267,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
 
     # -------------------------------------------------------------- execution
     def execute(self, context: Any) -> dict[str, Any]:
+        self._fresh_start = True
         state = self._start(context)
         snapshot, gauge = self._ended_evidence(context, state, self._discover(state))
         return self._proceed(context, state, snapshot, watched=False, gauge=gauge)

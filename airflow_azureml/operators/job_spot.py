@@ -73,7 +73,9 @@ class SpotCluster:
 
     ``remember`` stores the unit's state: a job is marked recorded there before its record is written,
     so a retry or a clear never records it twice. ``stores`` caches the history stores by target.
-    ``deadline``: the unit's deadline, resolved (epoch seconds; None: none).
+    ``deadline``: the unit's deadline, resolved (epoch seconds; None: none). ``fail_infeasible``: True, a deadline
+    nothing meets fails the task (``on_infeasible_deadline="fail"`` on a first try's start); False, asked for but
+    not applicable here (a later try, a resume); None, not asked for.
     """
 
     def __init__(
@@ -88,7 +90,7 @@ class SpotCluster:
         log: logging.Logger,
         stores: dict[str, HistoryStore] | None = None,
         deadline: float | None = None,
-        fail_infeasible: bool = False,
+        fail_infeasible: bool | None = None,
     ) -> None:
         self.deadline = deadline
         self.fail_infeasible = fail_infeasible
@@ -144,7 +146,7 @@ class SpotCluster:
         work = "unknown" if planned.work_hours is None else f"{planned.work_hours:.3g} h"
         if planned.verdict == deadlines.VERDICT_INFEASIBLE and planned.hours_left <= 0:
             if self.fail_infeasible:
-                self._fail(f"Deadline {deadline} has passed (now {now}).")
+                self._fail(f"Deadline {deadline} has passed (now {now}).", "run it without the deadline")
             self.log.warning(
                 "Deadline %s has passed (now %s): it is missed already and not applied; the unit runs as it would "
                 "without a deadline.",
@@ -160,9 +162,14 @@ class SpotCluster:
                 f"fastest finish {fastest} ({planned.reason})."
             )
             if self.fail_infeasible:
-                self._fail(said)
+                instead = "finish on the fallback as early as it can" if self.has_fallback else "run on spot anyway"
+                self._fail(said, instead)
             then = "The unit goes to the fallback to finish as early as it can."
-            self.log.warning("%s %s", said, then if self.has_fallback else "With no fallback, it runs on spot.")
+            then = then if self.has_fallback else "With no fallback, it runs on spot."
+            if self.fail_infeasible is False:
+                then += " (on_infeasible_deadline='fail' applies to a first try's start only: a later try or a resume "
+                then += "may follow a job sent before, which failing would leave unwatched.)"
+            self.log.warning("%s %s", said, then)
             return
         if planned.verdict == deadlines.VERDICT_UNKNOWN:
             self.log.info("Deadline %s: it cannot be checked yet (%s).", deadline, planned.reason)
@@ -213,11 +220,10 @@ class SpotCluster:
             **extra,
         )
 
-    def _fail(self, said: str) -> NoReturn:
+    def _fail(self, said: str, instead: str) -> NoReturn:
         """``on_infeasible_deadline="fail"``: the task fails here, before any job is sent; not retried."""
         from airflow_azureml.exceptions import AzureMLDeadlineError
 
-        instead = "finish on the fallback as early as it can" if self.has_fallback else "run on spot anyway"
         raise AzureMLDeadlineError(
             f"{said} No job was sent (on_infeasible_deadline='fail'): move the deadline, or set "
             f"on_infeasible_deadline='fallback' to {instead}."

@@ -230,7 +230,7 @@ def test_a_deadline_is_checked_before_the_units_first_job() -> None:
 
 
 def cluster(
-    history: SpotHistory, deadline: float | None, *, has_fallback: bool = True, fail_infeasible: bool = False
+    history: SpotHistory, deadline: float | None, *, has_fallback: bool = True, fail_infeasible: bool | None = None
 ) -> Any:
     from airflow_azureml.operators.job_spot import SpotCluster
 
@@ -285,6 +285,7 @@ def test_on_infeasible_deadline_fail_raises_with_its_numbers_and_nothing_else_do
         message = str(raised.value)
         assert says in message and "No job was sent" in message, message
         instead = "to finish on the fallback" if has_fallback else "to run on spot anyway"
+        instead = "to run it without the deadline" if says == "has passed" else instead
         assert f"on_infeasible_deadline='fallback' {instead}" in message, message
         assert isinstance(raised.value, AirflowFailException)
     spot = cluster(TWO_HOURS, deadline=T0 + 3600, has_fallback=has_fallback, fail_infeasible=True)
@@ -303,14 +304,33 @@ def test_on_infeasible_deadline_renders_from_params_then_decides() -> None:
     """Templated (the example DAG takes it from the run's params); empty is the default, as for ``deadline``."""
     from airflow.sdk import DAG
 
-    for given, fails in (("fail", True), ("fallback", False), ("", False)):
+    for given, fails in (("fail", True), ("fallback", None), ("", None)):
         with DAG("d", schedule=None, start_date=LOGICAL):
             op = batch(endpoint_name="scoring-ep", deadline="+6h", on_infeasible_deadline="{{ params.infeasible }}")
         assert "on_infeasible_deadline" in op.template_fields
         op.render_template_fields({"params": {"infeasible": given}, "data_interval_end": END, "logical_date": LOGICAL})
         op.validate()
         op.__dict__["hook"] = mock.MagicMock()
+        op._context, op._fresh_start = {"ti": mock.MagicMock(try_number=1)}, True
         assert op._spot().fail_infeasible is fails, given
+
+
+def test_fail_applies_to_a_first_tries_start_only() -> None:
+    """A retry, a clear (a later try) or a resume from a deferral may follow a job sent before that no record
+    shows yet: failing there would leave it unwatched, so the deadline is a warning there (fail_infeasible False)."""
+    op = batch(endpoint_name="scoring-ep", deadline="+6h", on_infeasible_deadline="fail")
+    op.__dict__["hook"] = mock.MagicMock()
+    for try_number, fresh, fails in ((1, True, True), (2, True, False), (1, False, False), (3, False, False)):
+        op._context, op._fresh_start = {"ti": mock.MagicMock(try_number=try_number)}, fresh
+        assert op._spot().fail_infeasible is fails, (try_number, fresh)
+
+
+def test_where_fail_does_not_apply_the_warning_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    spot = cluster(TWO_HOURS, deadline=T0 + 3600, fail_infeasible=False)
+    with mock.patch("time.time", return_value=T0), caplog.at_level(logging.INFO):
+        spot.check_deadline(ResubmissionState(key="k"))  # no exception
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "goes to the fallback" in warning and "applies to a first try's start only" in warning, warning
 
 
 @pytest.mark.parametrize("make", [batch, command])
