@@ -117,6 +117,10 @@ class JobStore:
     def release_job(self, name: str) -> None:
         self.released_jobs.add(name)
 
+    def hold_job(self, name: str) -> None:
+        """Hold a released job again (its cluster still held): it takes no new work, so it stays Running."""
+        self.released_jobs.discard(name)
+
     def _now_running(self, job: Job) -> None:
         job.set_status("Running")
         if self.behaviour.stall_seconds > 0 and not job.stalled:

@@ -507,6 +507,10 @@ class Emulator:
     def release_job(self, name: str) -> None:
         self.call(lambda: self.workspace.release_job(name))
 
+    def hold_job(self, name: str) -> None:
+        """Test control: a released job on a held cluster takes no new work again (``release_job`` undone)."""
+        self.call(lambda: self.workspace.hold_job(name))
+
     def stall_job(self, name: str, seconds: float) -> None:
         """A Running job goes NotResponding for ``seconds``, then resumes and goes on to its end."""
         self.call(lambda: self.workspace.stall_job(name, seconds))

@@ -175,6 +175,11 @@ def gauge_read_twice_since(emulator: Emulator, name: str, since: float) -> bool:
     return read_twice_since(emulator.requests(), name, CLUSTER, since)
 
 
+def sampled_twice(emulator: Emulator, job: Any) -> bool:
+    """The wait read the job, then the cluster, twice since the job started: the first read is a sample."""
+    return gauge_read_twice_since(emulator, job.name, job.started.timestamp())
+
+
 def every_running_job_sampled(emulator: Emulator, _job: Any) -> bool:
     """Each Running job on the cluster has been read, and the gauge after it, twice since it started: a
     whole-cluster preemption then strikes no attempt whose nodes its wait never sampled (such an attempt
@@ -336,18 +341,33 @@ def test_person_cancel_on_a_cluster_with_another_jobs_preempted_node(workspace: 
 
 def evict_one_node_then_person_cancels(emulator: Emulator, job: str) -> None:
     """One of the job's two nodes is evicted (its mini-batches are requeued, the job goes on); once the wait
-    has read the gauge up, a person cancels the job."""
+    has read the gauge up while it saw the job Running, a person cancels the job.
+
+    Both ends are conditions on the wait's requests, not on luck: it starts once the wait has read the job,
+    then the gauge, twice (``sampled_twice``: the first read is surely a sample, from before the eviction),
+    and the cancel waits for two such rounds after the eviction. The job is held again (no new work) in the
+    emulator step that evicts the node, so it is still Running when the wait reads it again. CI once failed
+    here with no sample at all: one round, on a loaded machine, proved nothing.
+    """
     emulator.release_job(job)  # when_running holds it before its work: this fault needs the work under way
-    deadline = time.monotonic() + 60
     nodes = emulator.workspace.computes[CLUSTER].nodes
-    while emulator.call(lambda: sum(n.state == "running" and n.job_name == job for n in nodes)) < 2:
+
+    def evict_once_on_both_nodes() -> float | None:
+        if sum(n.state == "running" and n.job_name == job for n in nodes) < 2:
+            return None
+        emulator.workspace.hold_job(job)  # an evicted mini-batch stays queued: Running until the cancel
+        evicted = time.time()
+        assert emulator.workspace.evict_nodes(CLUSTER, 1) == 1
+        return evicted
+
+    deadline = time.monotonic() + 60
+    while (evicted := emulator.call(evict_once_on_both_nodes)) is None:
         assert time.monotonic() < deadline, "the job never ran on both nodes"
         time.sleep(0.01)
-    evicted = time.time()
-    assert emulator.evict_nodes(CLUSTER, 1) == 1
-    while compute_reads_since(emulator, evicted) < 1:
-        assert time.monotonic() < deadline, "the wait never read the gauge after the eviction"
+    while not gauge_read_twice_since(emulator, job, evicted):  # its 1st read of the gauge since is a sample
+        assert time.monotonic() < deadline + 60, "the wait never read the gauge twice after the eviction"
         time.sleep(0.01)
+    assert emulator.call(lambda: emulator.workspace.jobs[job].status) == "Running"
     person_cancels(emulator, job)
 
 
@@ -356,7 +376,7 @@ def test_person_cancel_after_a_partial_eviction_is_a_person_cancel(workspace: Em
     # while the job ran, is not evidence that a later cancel was the platform's.
     workspace.set_behaviour(preempted_node_release_seconds=120)  # the evicted node stays "preempted"
     workspace.call(lambda: setattr(workspace.workspace.timing, "mini_batch", 0.3))
-    with when_sampled(workspace, evict_one_node_then_person_cancels) as cancelled:
+    with when_running(workspace, evict_one_node_then_person_cancels, cluster=CLUSTER, ready=sampled_twice) as cancelled:
         run, failures = run_case({"retries": 1})
     assert len(cancelled) == 1 and str(run.state) == "failed"
     assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
