@@ -327,7 +327,7 @@ def test_person_cancel_on_a_cluster_with_another_jobs_preempted_node(workspace: 
         assert time.monotonic() < deadline, "the other job never got a node"
         time.sleep(0.02)
     sdk().jobs.begin_cancel(other).result()
-    with when_sampled(workspace, person_cancels):
+    with when_running(workspace, person_cancels, cluster=CLUSTER, ready=sampled_twice):  # surely a sample
         run, failures = run_case({"retries": 1, "evidence_wait": 45})
     assert str(run.state) == "failed"
     assert [f["type"] for f in failures] == ["AzureMLJobCanceledError"]
