@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_azureml.outcomes import utc_epoch  # the one ISO 8601 reader (effectiveStartDate, run history)
+from airflow_azureml.outcomes import node_count, utc_epoch  # utc_epoch: the one ISO 8601 reader
 
 #: Node states as ``nodeStateCounts`` names them (``<state>NodeCount``); every one is billed (billing.md rule 11).
 STATES = ("preparing", "running", "idle", "leaving", "preempted", "unusable")
@@ -162,19 +162,15 @@ def with_node_counts(usage: Any, counts: Mapping[str, int]) -> dict[str, Any]:
     out = _valid(usage)
     out["spans"] = [
         {**s, "instance_count": counts[s["job"]]}
-        if s.get("job") in counts and not _nodes_known(s) and _is_count(counts[s["job"]])
+        if s.get("job") in counts and not _nodes_known(s) and node_count(counts[s["job"]]) is not None
         else s
         for s in out["spans"]
     ]
     return out
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 def _nodes_known(span: Mapping[str, Any]) -> bool:
-    return _is_count(span.get("instance_count"))
+    return node_count(span.get("instance_count")) is not None
 
 
 def combine(usages: Iterable[Any]) -> dict[str, Any]:
@@ -270,7 +266,7 @@ def _run_of(span: Mapping[str, Any]) -> tuple[str, float, float, int] | None:
     numbers = [v for v in (start, end) if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(numbers) != 2 or not span.get("compute") or not end > start:
         return None
-    return str(span["compute"]), float(start), float(end), nodes if _is_count(nodes) else 1
+    return str(span["compute"]), float(start), float(end), node_count(nodes) or 1
 
 
 def _window_seconds(

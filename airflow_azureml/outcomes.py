@@ -98,7 +98,7 @@ class JobSnapshot:
             output_uri=data.get("output_uri"),
             tags=dict(data.get("tags") or {}),
             properties=dict(data.get("properties") or {}),
-            instance_count=_count(data.get("instance_count")),
+            instance_count=node_count(data.get("instance_count")),
             started_at=_epoch(data.get("started_at")),
             ended_at=_epoch(data.get("ended_at")),
         )
@@ -123,15 +123,16 @@ class JobSnapshot:
             ),
             tags=dict(props.get("tags") or {}),
             properties={str(k): str(v) for k, v in run_props.items() if v is not None},
-            instance_count=_count((props.get("compute") or {}).get("instanceCount"))
-            or _count((props.get("resources") or {}).get("instanceCount")),
+            instance_count=node_count((props.get("compute") or {}).get("instanceCount"))
+            or node_count((props.get("resources") or {}).get("instanceCount")),
             started_at=utc_epoch(details.get("startTimeUtc")),
             ended_at=utc_epoch(details.get("endTimeUtc")),
         )
 
 
-def _count(value: Any) -> int | None:
-    """A positive node count as the service sent it, else None (unknown is never a guess)."""
+def node_count(value: Any) -> int | None:
+    """A positive node count as the service (or a span) gave it, else None: unknown is never a guess, and a
+    JSON ``true`` is not 1. The one check for every node count read (job, deployment, cost span)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 

@@ -33,7 +33,7 @@ from airflow_azureml.hooks.connection import (  # noqa: F401
     quiet_sdk_logging,
 )
 from airflow_azureml.naming import DEFAULT_CONN_ID
-from airflow_azureml.outcomes import ActivityEvidence, ComputeFacts, GaugeEvidence, JobSnapshot
+from airflow_azureml.outcomes import ActivityEvidence, ComputeFacts, GaugeEvidence, JobSnapshot, node_count
 from airflow_azureml.polling import (
     COMPUTE_READS,
     GAUGE_STATE,
@@ -477,7 +477,7 @@ class AzureMLHook(BaseHook):
         props = document.get("properties") or {}
         compute = short_name(props.get("compute")) or None  # an ARM id, or azureml:<name>
         count = (props.get("resources") or {}).get("instanceCount", 1)
-        return compute, count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+        return compute, node_count(count)
 
     def _batch_deployment(self, endpoint: str, deployment: str | None) -> dict[str, Any] | None:
         """A batch deployment's REST document (no deployment named: the endpoint's default), or None when it
