@@ -312,7 +312,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         gauge = GaugeEvidence.from_dict(event["gauge_evidence"]) if event.get("gauge_evidence") else None
         snapshot = JobSnapshot.from_dict(event["job"])
-        return self._proceed(context, state, snapshot, watched=True, gauge=gauge)
+        found_ending = bool(event.get("found_ending"))
+        if found_ending and snapshot.name in state.known:
+            # unknown to the run when this try found it being cancelled: this try's own record (before the
+            # deferral) is what knows it now
+            state.known.remove(snapshot.name)
+        return self._proceed(context, state, snapshot, watched=not found_ending, gauge=gauge)
 
     def resume_after_backoff(self, context: Any, event: Any = None) -> dict[str, Any]:
         """Back from the resubmission back-off spent in the triggerer: submit the next job, then wait."""
@@ -357,11 +362,17 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
                 outcome = self._decide(context, state, snapshot, watched=watched, gauge=gauge)
                 if outcome is not None:
                     return outcome
-            else:
-                how = "waiting until it ends" if snapshot.status == "CancelRequested" else "attaching"
+            found_ending = False
+            if snapshot is not None and not snapshot.terminal:
+                found_ending = snapshot.status == "CancelRequested"
+                how = "waiting until it ends" if found_ending else "attaching"
                 self.log.info("Found job %s from an earlier attempt (%s); %s.", snapshot.name, snapshot.status, how)
-            snapshot, gauge = self._wait_current(context, state)  # the wait read the cluster at the end too
-            watched = True
+            # A cancel already under way at this try's first look is not one it watched: it is decided as a job
+            # found ended is (lifecycle.after_cancel), whether its end came before that look or after. Across a
+            # deferral the trigger's event says so, for a job the run did not know then.
+            carried = found_ending and snapshot is not None and snapshot.name not in state.known
+            snapshot, gauge = self._wait_current(context, state, found_ending=carried)  # reads at the end too
+            watched = not found_ending
 
     def _discover(self, state: ResubmissionState, *, newest: bool = True) -> JobSnapshot | None:
         """Find the unit's jobs before submitting anything (``JobChain.discover``); the newest one's snapshot."""
@@ -403,8 +414,11 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         )
         return self._apply(context, state, decision, snapshot, verdict)
 
-    def _wait_current(self, context: Any, state: ResubmissionState) -> tuple[JobSnapshot, GaugeEvidence | None]:
-        """Wait for the newest job of the chain: poll here, or defer to the triggerer."""
+    def _wait_current(
+        self, context: Any, state: ResubmissionState, *, found_ending: bool = False
+    ) -> tuple[JobSnapshot, GaugeEvidence | None]:
+        """Wait for the newest job of the chain: poll here, or defer to the triggerer (``found_ending``: this
+        try found it being cancelled, which the trigger's event carries back)."""
         name = state.current or ""
         while self.deferrable:
             snapshot = self.hook.job_snapshot(name)  # check before deferring
@@ -428,7 +442,12 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             from airflow_azureml.triggers.job import AzureMLJobTrigger  # Airflow's base: not at DAG parse
 
             self.defer(
-                trigger=AzureMLJobTrigger(job_name=name, azure_ml_conn_id=self.azure_ml_conn_id, polling=self.polling),
+                trigger=AzureMLJobTrigger(
+                    job_name=name,
+                    azure_ml_conn_id=self.azure_ml_conn_id,
+                    polling=self.polling,
+                    found_ending=found_ending,
+                ),
                 method_name="execute_complete",
                 timeout=self.execution_timeout,
             )

@@ -27,10 +27,13 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
     ``GaugeEvidence`` dict (the compute's preemption gauge as sampled while the job was Running).
     ``wait_for_creation``: a job that does not exist yet is waited for, not an error. Only sensors wait
     so, and a sensor's job is someone else's: its trigger's ``on_kill`` never cancels it.
+    ``found_ending``: the deferring try found the job already being cancelled (an earlier try's job); the
+    event says so (``"found_ending": true``), so that the resumed try does not take that cancel for one
+    it watched happen (Airflow before 3.3 keeps no task state across the deferral to say it).
     Waits on the same connection share one poller.
     """
 
-    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name", "wait_for_creation")
+    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name", "wait_for_creation", "found_ending")
 
     def __init__(
         self,
@@ -39,10 +42,12 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         azure_ml_conn_id: str,
         polling: PollingPolicy | dict[str, Any] | None = None,
         wait_for_creation: bool = False,
+        found_ending: bool = False,
     ) -> None:
         super().__init__(azure_ml_conn_id=azure_ml_conn_id, polling=polling)
         self.job_name = job_name
         self.wait_for_creation = bool(wait_for_creation)
+        self.found_ending = bool(found_ending)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_azureml import compat
@@ -54,7 +59,7 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         payload = await WorkspacePoller.for_connection(self.azure_ml_conn_id).wait(
             self.job_name, self.policy, wait_for_creation=self.wait_for_creation
         )
-        yield TriggerEvent(payload)
+        yield TriggerEvent({**payload, "found_ending": True} if self.found_ending else payload)
 
     async def on_kill(self) -> None:
         """Decide and cancel in a task of its own, shielded: Airflow 3.3's triggerer cancels a killed

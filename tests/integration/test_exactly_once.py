@@ -239,9 +239,13 @@ def test_clear_after_a_person_cancel_runs_the_work_again(workspace: Emulator, ru
     assert len(prediction_ids(workspace, result["job_name"])) == 100
 
 
-def test_clear_never_attaches_to_the_job_airflow_is_cancelling(workspace: Emulator, run_case) -> None:
+@pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
+def test_clear_never_attaches_to_the_job_airflow_is_cancelling(workspace: Emulator, run_case, deferrable: bool) -> None:
     # The task times out; Airflow's on_kill cancels its job. Azure takes a while to finish a cancel, so the
-    # job is still CancelRequested when the person clears the task and the new try starts.
+    # job is still CancelRequested when the person clears the task and the new try starts. The cancel lands
+    # just after the new try's first read of the job, which saw it CancelRequested: a condition, not a timer.
+    # (With a 1 s timer, Airflow 3.1 and 3.2 passed only because their tries started later than that: a try
+    # that saw the cancel under way took it for a person's cancel it had watched, and failed.)
     workspace.set_capacity(CLUSTER, 0)
     run, failures = run_case({"execution_timeout": 5})  # the submit lands well within it on a loaded machine
     assert str(run.state) == "failed" and failures[0]["type"] == "AirflowTaskTimeout"
@@ -249,12 +253,18 @@ def test_clear_never_attaches_to_the_job_airflow_is_cancelling(workspace: Emulat
     assert first.status == "Canceled"
     workspace.call(lambda: first.set_status("CancelRequested"))  # a slow cancel
     workspace.set_capacity(CLUSTER, None)
-    finish = threading.Timer(1.0, lambda: workspace.call(lambda: first.set_status("Canceled")))
-    finish.start()
-    try:
-        run, failures = run_case({"execution_timeout": 60}, dag_run=run)
-    finally:
-        finish.cancel()
+    seen: list[str] = []
+
+    def land_the_cancel(entry: dict[str, Any]) -> None:
+        if not seen:
+            seen.append(entry["path"])
+            first.set_status("Canceled")
+
+    workspace.after_response(
+        lambda e: e["method"] == "GET" and e["path"].endswith((f"/jobs/{first.name}", "/jobs")), land_the_cancel
+    )
+    run, failures = run_case({"execution_timeout": 60, "deferrable": deferrable}, dag_run=run)
+    assert seen, "the new try never read the job"
     assert str(run.state) == "success", (task_states(run), failures)
     result = xcom_value(run, "invoke")
     assert result["job_names"][0] == first.name and len(result["job_names"]) == 2
