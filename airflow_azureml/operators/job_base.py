@@ -312,8 +312,8 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             raise AzureMLError(f"Waiting for job {event.get('job_name')} failed: {event.get('message')}")
         gauge = GaugeEvidence.from_dict(event["gauge_evidence"]) if event.get("gauge_evidence") else None
         snapshot = JobSnapshot.from_dict(event["job"])
-        found_ending = bool(event.get("found_ending"))
-        if found_ending and snapshot.name in state.known:
+        found_ending = event.get("found_ending")  # this try found the job being cancelled (_proceed)
+        if found_ending == "unknown" and snapshot.name in state.known:
             # unknown to the run when this try found it being cancelled: this try's own record (before the
             # deferral) is what knows it now
             state.known.remove(snapshot.name)
@@ -355,24 +355,26 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """Until the unit of work succeeds or fails for good: decide, submit, wait (here or deferred)."""
         if snapshot is not None and not watched:
             job_report.persist_links(self.hook, context, state, snapshot.name, self.log)
+        # A job already ended, or being cancelled, at this try's first look: its end is not one this try watched
+        # happen, however many waits follow (an evidence wait reads it again), so it is decided as a job found
+        # ended is (lifecycle.after_cancel). Across a deferral the trigger's event says so.
+        unwatched: set[str] = set()
+        if snapshot is not None and not watched and (snapshot.terminal or snapshot.status == "CancelRequested"):
+            unwatched.add(snapshot.name)
         while True:
             if snapshot is None:
                 self._actions(context).submit(state)
             elif snapshot.terminal:
-                outcome = self._decide(context, state, snapshot, watched=watched, gauge=gauge)
+                outcome = self._decide(context, state, snapshot, watched=snapshot.name not in unwatched, gauge=gauge)
                 if outcome is not None:
                     return outcome
-            found_ending = False
+            found_ending: str | None = None
             if snapshot is not None and not snapshot.terminal:
-                found_ending = snapshot.status == "CancelRequested"
-                how = "waiting until it ends" if found_ending else "attaching"
+                how = "waiting until it ends" if snapshot.status == "CancelRequested" else "attaching"
                 self.log.info("Found job %s from an earlier attempt (%s); %s.", snapshot.name, snapshot.status, how)
-            # A cancel already under way at this try's first look is not one it watched: it is decided as a job
-            # found ended is (lifecycle.after_cancel), whether its end came before that look or after. Across a
-            # deferral the trigger's event says so, for a job the run did not know then.
-            carried = found_ending and snapshot is not None and snapshot.name not in state.known
-            snapshot, gauge = self._wait_current(context, state, found_ending=carried)  # reads at the end too
-            watched = not found_ending
+                if snapshot.name in unwatched:
+                    found_ending = "known" if snapshot.name in state.known else "unknown"
+            snapshot, gauge = self._wait_current(context, state, found_ending=found_ending)  # reads at the end too
 
     def _discover(self, state: ResubmissionState, *, newest: bool = True) -> JobSnapshot | None:
         """Find the unit's jobs before submitting anything (``JobChain.discover``); the newest one's snapshot."""
@@ -415,7 +417,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         return self._apply(context, state, decision, snapshot, verdict)
 
     def _wait_current(
-        self, context: Any, state: ResubmissionState, *, found_ending: bool = False
+        self, context: Any, state: ResubmissionState, *, found_ending: str | None = None
     ) -> tuple[JobSnapshot, GaugeEvidence | None]:
         """Wait for the newest job of the chain: poll here, or defer to the triggerer (``found_ending``: this
         try found it being cancelled, which the trigger's event carries back)."""

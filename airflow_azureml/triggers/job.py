@@ -27,13 +27,14 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
     ``GaugeEvidence`` dict (the compute's preemption gauge as sampled while the job was Running).
     ``wait_for_creation``: a job that does not exist yet is waited for, not an error. Only sensors wait
     so, and a sensor's job is someone else's: its trigger's ``on_kill`` never cancels it.
-    ``found_ending``: the deferring try found the job already being cancelled (an earlier try's job); the
-    event says so (``"found_ending": true``), so that the resumed try does not take that cancel for one
-    it watched happen (Airflow before 3.3 keeps no task state across the deferral to say it).
+    ``found_ending``: the deferring try found the job already being cancelled, and whether its run knew the
+    job then (``"known"`` / ``"unknown"``); the event carries it back (``"found_ending"``), so that the resumed
+    try does not take that cancel for one it watched happen (Airflow before 3.3 keeps no task state across
+    the deferral to say it). Serialised only when set: a triggerer of an earlier version builds the rest.
     Waits on the same connection share one poller.
     """
 
-    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name", "wait_for_creation", "found_ending")
+    serialized_fields: ClassVar[tuple[str, ...]] = ("job_name", "wait_for_creation")
 
     def __init__(
         self,
@@ -42,12 +43,18 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         azure_ml_conn_id: str,
         polling: PollingPolicy | dict[str, Any] | None = None,
         wait_for_creation: bool = False,
-        found_ending: bool = False,
+        found_ending: str | None = None,
     ) -> None:
         super().__init__(azure_ml_conn_id=azure_ml_conn_id, polling=polling)
         self.job_name = job_name
         self.wait_for_creation = bool(wait_for_creation)
-        self.found_ending = bool(found_ending)
+        self.found_ending = found_ending if found_ending in ("known", "unknown") else None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        path, kwargs = super().serialize()
+        if self.found_ending is not None:
+            kwargs["found_ending"] = self.found_ending
+        return path, kwargs
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_azureml import compat
@@ -59,7 +66,7 @@ class AzureMLJobTrigger(AzureMLBaseTrigger):
         payload = await WorkspacePoller.for_connection(self.azure_ml_conn_id).wait(
             self.job_name, self.policy, wait_for_creation=self.wait_for_creation
         )
-        yield TriggerEvent({**payload, "found_ending": True} if self.found_ending else payload)
+        yield TriggerEvent(payload if self.found_ending is None else {**payload, "found_ending": self.found_ending})
 
     async def on_kill(self) -> None:
         """Decide and cancel in a task of its own, shielded: Airflow 3.3's triggerer cancels a killed

@@ -243,9 +243,11 @@ def test_clear_after_a_person_cancel_runs_the_work_again(workspace: Emulator, ru
 def test_clear_never_attaches_to_the_job_airflow_is_cancelling(workspace: Emulator, run_case, deferrable: bool) -> None:
     # The task times out; Airflow's on_kill cancels its job. Azure takes a while to finish a cancel, so the
     # job is still CancelRequested when the person clears the task and the new try starts. The cancel lands
-    # just after the new try's first read of the job, which saw it CancelRequested: a condition, not a timer.
-    # (With a 1 s timer, Airflow 3.1 and 3.2 passed only because their tries started later than that: a try
-    # that saw the cancel under way took it for a person's cancel it had watched, and failed.)
+    # just after the new try's last read before its wait: its first GET of the job (polling), or the second,
+    # the look before deferring (deferred: that look saw CancelRequested, so the try deferred, and the trigger's
+    # event carries found_ending back). Conditions, not a timer. (With a 1 s timer, Airflow 3.1 and 3.2 passed
+    # only because their tries started later than that: a try that saw the cancel under way took it for a
+    # person's cancel it had watched, and failed.)
     workspace.set_capacity(CLUSTER, 0)
     run, failures = run_case({"execution_timeout": 5})  # the submit lands well within it on a loaded machine
     assert str(run.state) == "failed" and failures[0]["type"] == "AirflowTaskTimeout"
@@ -253,18 +255,18 @@ def test_clear_never_attaches_to_the_job_airflow_is_cancelling(workspace: Emulat
     assert first.status == "Canceled"
     workspace.call(lambda: first.set_status("CancelRequested"))  # a slow cancel
     workspace.set_capacity(CLUSTER, None)
-    seen: list[str] = []
+    reads: list[str] = []
+    looks = 2 if deferrable else 1
 
     def land_the_cancel(entry: dict[str, Any]) -> None:
-        if not seen:
-            seen.append(entry["path"])
+        reads.append(entry["path"])
+        if len(reads) == looks:
             first.set_status("Canceled")
 
-    workspace.after_response(
-        lambda e: e["method"] == "GET" and e["path"].endswith((f"/jobs/{first.name}", "/jobs")), land_the_cancel
-    )
+    job_get = f"/jobs/{first.name}"
+    workspace.after_response(lambda e: e["method"] == "GET" and e["path"].endswith(job_get), land_the_cancel)
     run, failures = run_case({"execution_timeout": 60, "deferrable": deferrable}, dag_run=run)
-    assert seen, "the new try never read the job"
+    assert len(reads) > looks, "the new try never read the job after the cancel landed"
     assert str(run.state) == "success", (task_states(run), failures)
     result = xcom_value(run, "invoke")
     assert result["job_names"][0] == first.name and len(result["job_names"]) == 2

@@ -39,6 +39,18 @@ def test_only_declared_safe_fields_are_serialised(trigger: AzureMLBaseTrigger, m
     assert secret not in text and "Bearer" not in text and "password" not in text
 
 
+def test_found_ending_is_serialised_only_when_set() -> None:
+    """A try that found its job being cancelled says so to its resumed self; a trigger without it serialises
+    as before, so a triggerer of an earlier version still builds it during a rolling upgrade."""
+    plain = AzureMLJobTrigger(job_name="job-1", azure_ml_conn_id="c")
+    assert "found_ending" not in plain.serialize()[1]
+    found = AzureMLJobTrigger(job_name="job-1", azure_ml_conn_id="c", found_ending="unknown")
+    _, kwargs = found.serialize()
+    assert kwargs["found_ending"] == "unknown"
+    assert AzureMLJobTrigger(**json.loads(json.dumps(kwargs))).found_ending == "unknown"
+    assert AzureMLJobTrigger(job_name="j", azure_ml_conn_id="c", found_ending="bogus").found_ending is None
+
+
 def test_a_trigger_that_declares_a_secret_field_is_refused() -> None:
     class Leaky(AzureMLBaseTrigger):
         serialized_fields = ("client_secret",)
