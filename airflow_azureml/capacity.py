@@ -18,6 +18,7 @@ from typing import Any
 from airflow_azureml.exceptions import AzureMLConfigError
 
 IF_BUSY = ("skip", "wait", "delete")
+MAX_QUEUE_AHEAD = 8
 # A job in any other state than these may still run, or be queued for nodes of the cluster.
 ENDED_JOB_STATES = frozenset({"Completed", "Failed", "Canceled"})
 # Airflow's own rule for a pool's name (PoolBody: at most 256 characters); the characters are ours: a name a
@@ -57,6 +58,19 @@ def pool_slots(max_instances: Any, instance_count: Any, *, cluster: str = "the c
             f"{max_instances} nodes (max_instances): lower instance_count or raise max_instances."
         )
     return max_instances // instance_count
+
+
+def check_queue_ahead(value: Any) -> int:
+    """Jobs a pool lets wait in Azure's queue beyond the cluster's capacity: a small whole number.
+
+    A rendered template (a string of digits) is accepted. More than a handful would turn the pool back into
+    Azure's queue, where ``max_queue_time`` runs out: at most 8.
+    """
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_QUEUE_AHEAD:
+        raise AzureMLConfigError(f"queue_ahead must be a whole number from 0 to {MAX_QUEUE_AHEAD}, got {value!r}.")
+    return value
 
 
 def node_counts(compute: Mapping[str, Any]) -> dict[str, int]:

@@ -122,9 +122,12 @@ def plot_emulator_load(blocks: list[list[str]], plt: Any) -> Any:
 
 
 def backfill_table(blocks: list[list[str]]) -> tuple[list[list[str]], float]:
-    """The rows of ``benchmarks/backfill.py``'s table (first block that has them) and its ratio target."""
+    """The rows of ``benchmarks/backfill.py``'s table (first block that has them) and its ratio target.
+
+    Tables before the ``ahead`` column (the capacity pool's ``queue_ahead``) have 13 columns: they ran with 0.
+    """
     for block in blocks:
-        table = [r for r in rows([block], re.compile(r"\d+")) if len(r) == 13]
+        table = [r if len(r) == 14 else [*r, "0"] for r in rows([block], re.compile(r"\d+")) if len(r) in (13, 14)]
         if table:
             target = next(
                 float(m.group(1)) for line in block if (m := re.search(r"ratio to the ideal .*\(>= ([\d.]+)\)", line))
@@ -136,12 +139,15 @@ def backfill_table(blocks: list[list[str]]) -> tuple[list[list[str]], float]:
 def plot_backfill(blocks: list[list[str]], plt: Any) -> Any:
     table, target = backfill_table(blocks)
     table.sort(key=lambda r: int(r[0]))
-    sizes = [int(r[0]) for r in table]
     fig, (wall_ax, ratio_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
-    wall_ax.plot(sizes, [float(r[5]) / 60 for r in table], "o-", label="wall")
-    wall_ax.plot(sizes, [float(r[7]) / 60 for r in table], "s--", label="cluster-bound ideal")
+    for ahead in sorted({r[13] for r in table}, key=int):
+        part = [r for r in table if r[13] == ahead]
+        sizes = [int(r[0]) for r in part]
+        label = f" (queue_ahead {ahead})"
+        wall_ax.plot(sizes, [float(r[5]) / 60 for r in part], "o-", label="wall" + label)
+        wall_ax.plot(sizes, [float(r[7]) / 60 for r in part], "s--", label="cluster-bound ideal" + label)
+        ratio_ax.plot(sizes, [float(r[8]) for r in part], "o-", label="ideal / wall" + label)
     wall_ax.set(xlabel="intervals in the backfill", ylabel="minutes", ylim=(0, None))
-    ratio_ax.plot(sizes, [float(r[8]) for r in table], "o-", label="ideal / wall")
     ratio_ax.axhline(target, color="red", linestyle=":", label=f"target {target:g}")
     ratio_ax.set(xlabel="intervals in the backfill", ylabel="ratio to the ideal", ylim=(0, 1.05))
     for ax in (wall_ax, ratio_ax):

@@ -55,6 +55,8 @@ Environment (read by the DAG processor and the workers alike):
   ``sync_capacity_pool`` sizes the pool ``azureml_capacity_<cluster>`` from the cluster and deployment YAML
   (``max_instances // instance_count`` jobs) and the scoring tasks run in it, so a backfill's extra jobs wait
   in Airflow, not in Azure's queue. Unset (default), the scoring tasks run in ``default_pool``.
+- ``AZUREML_CAPACITY_QUEUE_AHEAD``: jobs the capacity pool lets wait in Azure's queue beyond the cluster's capacity
+  (default 0; 1 keeps a backfill of short jobs from idling the nodes through Airflow's turn: docs/backfills.md).
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
 # The scoring tasks' pool: as many slots as jobs fit on the spot cluster at once (docs/backfills.md).
 CAPACITY_CONN_ID = os.environ.get("AZUREML_CAPACITY_POOL_CONN_ID", "")
 CAPACITY_POOL = f"azureml_capacity_{CLUSTER}" if CAPACITY_CONN_ID else "default_pool"
+# Jobs the pool lets wait in Azure's queue beyond the cluster's capacity, so that freed nodes start the next job at
+# once: 1 for backfills of many jobs much shorter than max_queue_seconds (docs/backfills.md). Default 0.
+CAPACITY_QUEUE_AHEAD = int(os.environ.get("AZUREML_CAPACITY_QUEUE_AHEAD", "0"))
 # When each partition must be scored by (docs/operators.md, "A deadline for the work"): e.g. "+6h" after the
 # data interval's end, or an ISO-8601 time with its offset. Unset: no deadline. The default of the run's
 # ``deadline`` param, which a manual run's conf may set.
@@ -127,6 +132,9 @@ with DAG(
         # fails the partition before any job is sent.
         "deadline": Param(DEADLINE, type=["null", "string"]),
         "on_infeasible_deadline": Param("fallback", type="string", enum=["fallback", "fail"]),
+        # Jobs the capacity pool lets wait in Azure's queue beyond the cluster's capacity (AZUREML_CAPACITY_QUEUE_AHEAD
+        # by default): a backfill may set it with --dag-run-conf (docs/backfills.md).
+        "capacity_queue_ahead": Param(CAPACITY_QUEUE_AHEAD, type="integer", minimum=0, maximum=8),
     },
     tags=["azureml", "low-priority", "example"],
     doc_md=__doc__,
@@ -213,6 +221,7 @@ with DAG(
             pool_name=CAPACITY_POOL,
             compute=str(CONFIG / "low-pri-cluster.yml"),  # max_instances
             deployment=str(CONFIG / "deployment.yml"),  # resources.instance_count of one job
+            queue_ahead="{{ params.capacity_queue_ahead }}",  # jobs that may wait in Azure's queue for freed nodes
             airflow_conn_id=CAPACITY_CONN_ID,
             pool=INFRA_POOL,
         )

@@ -11,11 +11,17 @@ from airflow_azureml.operators.base import AzureMLBaseOperator
 class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
     """Create or update the Airflow pool whose slots are the jobs a cluster runs at once.
 
-    ``slots = max_instances // instance_count``: ``compute`` gives ``max_instances`` (the az ml CLI YAML the
-    create-cluster operator takes, an ``AmlCompute`` entity, or a cluster's name to read the live cluster) and
-    ``instance_count`` (an int) or ``deployment`` (its YAML or entity: ``resources.instance_count``, default 1)
-    the nodes of one job. Give every task that runs jobs on the cluster ``pool=<pool_name>``: a task beyond the
-    capacity then waits for a slot in Airflow, not as a queued Azure job whose ``max_queue_time`` runs out.
+    ``slots = max_instances // instance_count + queue_ahead``: ``compute`` gives ``max_instances`` (the az ml
+    CLI YAML the create-cluster operator takes, an ``AmlCompute`` entity, or a cluster's name to read the live
+    cluster) and ``instance_count`` (an int) or ``deployment`` (its YAML or entity: ``resources.instance_count``,
+    default 1) the nodes of one job. Give every task that runs jobs on the cluster ``pool=<pool_name>``: a task
+    beyond the capacity then waits for a slot in Airflow, not as a queued Azure job whose ``max_queue_time`` runs
+    out.
+
+    ``queue_ahead`` (default 0, at most 8) lets that many more jobs wait in Azure's queue, so that the nodes a
+    job frees start the next job at once instead of idling through Airflow's turn (the trigger's poll, the
+    resume, the next task's start and submit: seconds a job). Such a job waits at most until one of the running
+    jobs ends; use it where a job is much shorter than ``max_queue_time`` (docs/backfills.md).
 
     The pool counts deferred tasks (``include_deferred=True``), since a deferrable task's job runs while the
     task is deferred; without it every deferred task would free its slot and the pool would limit nothing.
@@ -25,7 +31,7 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
     Returns the pool's name, slots, and whether it was written.
     """
 
-    template_fields: Sequence[str] = ("pool_name", "compute", "deployment", "instance_count")
+    template_fields: Sequence[str] = ("pool_name", "compute", "deployment", "instance_count", "queue_ahead")
 
     def __init__(
         self,
@@ -34,6 +40,7 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
         pool_name: str | None = None,
         deployment: Any = None,
         instance_count: int | str | None = None,
+        queue_ahead: int | str = 0,
         include_deferred: bool = True,
         description: str | None = None,
         airflow_conn_id: str = "airflow_api",
@@ -44,6 +51,11 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
         self.pool_name = pool_name
         self.deployment = deployment
         self.instance_count = instance_count
+        self.queue_ahead = queue_ahead
+        if not (isinstance(queue_ahead, str) and "{{" in queue_ahead):  # a template is checked once rendered
+            from airflow_azureml.capacity import check_queue_ahead
+
+            check_queue_ahead(queue_ahead)
         self.include_deferred = include_deferred
         self.description = description
         self.airflow_conn_id = airflow_conn_id
@@ -79,10 +91,11 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
         return cluster, max_instances, count
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_azureml.capacity import capacity_pool_name, check_pool_name, pool_slots
+        from airflow_azureml.capacity import capacity_pool_name, check_pool_name, check_queue_ahead, pool_slots
         from airflow_azureml.hooks.airflow_pools import AirflowPoolsHook
 
         cluster, max_instances, count = self.sizing()
+        ahead = check_queue_ahead(self.queue_ahead)
         name = check_pool_name(self.pool_name or capacity_pool_name(cluster))
         if max_instances:
             slots = pool_slots(max_instances, count, cluster=f"cluster {cluster!r}")
@@ -93,17 +106,19 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
             max_instances = int(live.max_instances or 1)
             self.log.info("Cluster %s (live) has max_instances %d.", cluster, max_instances)
             slots = pool_slots(max_instances, count, cluster=f"cluster {cluster!r}")
+        sizing = f"max_instances {max_instances} // instance_count {count}"
+        if ahead:
+            sizing += f" + queue_ahead {ahead}"
         description = self.description or (
-            f"Jobs on Azure ML cluster {cluster}: max_instances {max_instances} // instance_count {count} "
-            "(airflow_azureml.AzureMLSyncCapacityPoolOperator)"
+            f"Jobs on Azure ML cluster {cluster}: {sizing} (airflow_azureml.AzureMLSyncCapacityPoolOperator)"
         )
+        slots += ahead
         wanted = {"slots": slots, "include_deferred": self.include_deferred, "description": description}
         self.log.info(
-            "Pool %s: %d slot(s) = max_instances %d // instance_count %d of cluster %s (include_deferred=%s).",
+            "Pool %s: %d slot(s) = %s of cluster %s (include_deferred=%s).",
             name,
             slots,
-            max_instances,
-            count,
+            sizing,
             cluster,
             self.include_deferred,
         )
@@ -111,7 +126,7 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
             written = self._sync(pools, name, wanted)
         finally:
             pools.close()
-        return {"pool": name, "slots": slots, "cluster": cluster, "written": written}
+        return {"pool": name, "slots": slots, "cluster": cluster, "queue_ahead": ahead, "written": written}
 
     def _sync(self, pools: Any, name: str, wanted: dict[str, Any]) -> bool:
         current = pools.get_pool(name)

@@ -72,6 +72,7 @@ with DAG(
         compute=CASE.get("compute", str(CONFIG / "low-pri-cluster.yml")),
         deployment=CASE.get("deployment", str(CONFIG / "deployment.yml")),
         instance_count=CASE.get("instance_count"),
+        queue_ahead=CASE.get("queue_ahead", 0),
         pool_name=CASE.get("pool_name"),
         airflow_conn_id="airflow_api",
     )

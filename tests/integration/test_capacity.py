@@ -229,7 +229,7 @@ def test_sync_creates_updates_and_leaves_the_pool(
         return xcom_value(dag_run, "sync")
 
     # the example's YAML: max_instances 2, a job of instance_count 2: one job at a time
-    assert run({}, RUN_A) == {"pool": name, "slots": 1, "cluster": "low-pri-cluster", "written": True}
+    assert run({}, RUN_A) == {"pool": name, "slots": 1, "cluster": "low-pri-cluster", "queue_ahead": 0, "written": True}
     status, pool = api(airflow_api, "GET", f"/pools/{name}")
     assert status == 200 and pool["slots"] == 1 and pool["include_deferred"] is True, pool
     assert "max_instances 2 // instance_count 2" in pool["description"]
@@ -249,8 +249,14 @@ def test_sync_creates_updates_and_leaves_the_pool(
 
     setup_workspace(AzureMLHook())
     got = run({"compute": "low-pri-cluster", "deployment": None, "instance_count": 1}, pendulum.datetime(2026, 11, 4))
-    assert got == {"pool": name, "slots": 2, "cluster": "low-pri-cluster", "written": True}
+    assert got == {"pool": name, "slots": 2, "cluster": "low-pri-cluster", "queue_ahead": 0, "written": True}
     assert api(airflow_api, "GET", f"/pools/{name}")[1]["slots"] == 2
+
+    # one job more than fits waits in Azure's queue (a rendered template), and the description says so
+    got = run({"queue_ahead": "{{ 1 }}"}, pendulum.datetime(2026, 11, 5, tz="UTC"))
+    assert got == {"pool": name, "slots": 2, "cluster": "low-pri-cluster", "queue_ahead": 1, "written": True}
+    pool = api(airflow_api, "GET", f"/pools/{name}")[1]
+    assert pool["slots"] == 2 and "max_instances 2 // instance_count 2 + queue_ahead 1" in pool["description"], pool
 
 
 def test_example_dag_scores_in_the_capacity_pool(

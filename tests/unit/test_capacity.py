@@ -13,6 +13,7 @@ from airflow_azureml.capacity import (
     capacity_pool_name,
     check_if_busy,
     check_pool_name,
+    check_queue_ahead,
     jobs_on_cluster,
     node_counts,
     pool_slots,
@@ -85,6 +86,25 @@ def test_bad_sizing_fails_before_any_call() -> None:
         pytest.raises(AzureMLConfigError, match="can never run"),
     ):
         op.execute({})
+    hook.assert_not_called()
+    pools.assert_not_called()
+
+
+def test_queue_ahead_is_a_small_whole_number_checked_before_any_call() -> None:
+    assert [check_queue_ahead(v) for v in (0, 1, "2", 8)] == [0, 1, 2, 8]
+    for bad in (-1, 9, 1.5, True, "one", None):
+        with pytest.raises(AzureMLConfigError, match="queue_ahead must be a whole number from 0 to 8"):
+            check_queue_ahead(bad)
+    with pytest.raises(AzureMLConfigError, match="queue_ahead"):
+        AzureMLSyncCapacityPoolOperator(task_id="pool", compute="azureml:spot", queue_ahead=-1)
+    templated = AzureMLSyncCapacityPoolOperator(task_id="pool", compute="azureml:spot", queue_ahead="{{ x }}")
+    templated.queue_ahead = "many"  # rendered to something that is no count: refused before any call
+    with (
+        mock.patch.object(AzureMLSyncCapacityPoolOperator, "hook", new_callable=mock.PropertyMock) as hook,
+        mock.patch("airflow_azureml.hooks.airflow_pools.AirflowPoolsHook") as pools,
+        pytest.raises(AzureMLConfigError, match="queue_ahead"),
+    ):
+        templated.execute({})
     hook.assert_not_called()
     pools.assert_not_called()
 
