@@ -403,13 +403,15 @@ def main(argv: list[str] | None = None) -> int:
         with deployment(base, celery=True, extra_env={"AZUREML_CAPACITY_POOL_CONN_ID": "airflow_api"}) as e2e:
             nodes, job_nodes = size_cluster(e2e, cfg.nodes)
             slots = nodes // job_nodes
-            max_active_runs = cfg.max_active_runs or math.ceil(slots / cfg.partitions) + 1  # docs/backfills.md
+            # docs/backfills.md: enough runs to fill the pool (capacity + queue_ahead), plus one
+            active = {a: cfg.max_active_runs or math.ceil((slots + a) / cfg.partitions) + 1 for a in cfg.queue_ahead}
             e2e.emulator.call(lambda: setattr(e2e.emulator.workspace.timing, "mini_batch", cfg.mini_batch_seconds))
             e2e.emulator.set_behaviour(preempted_node_release_seconds=20.0)  # preempt_whole_cluster's gauge reads
+            runs = ", ".join(f"{v} (queue_ahead {a})" for a, v in active.items())
             print(
                 f"cluster {CLUSTER}: {nodes} nodes, {job_nodes} a job -> {slots} jobs at once (the capacity pool); "
                 f"{cfg.partitions} partitions x {cfg.files} files, mini-batch {cfg.mini_batch_seconds:g} s; "
-                f"--max-active-runs {max_active_runs}; an eviction every {cfg.evict_every:g} s, a whole-cluster "
+                f"--max-active-runs {runs}; an eviction every {cfg.evict_every:g} s, a whole-cluster "
                 f"preemption every {cfg.preempt_every:g} s; deployment up in {time.monotonic() - started:.0f} s",
                 flush=True,
             )
@@ -417,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             for ahead in cfg.queue_ahead:
                 for count in cfg.intervals:
                     began = time.monotonic()
-                    result = measure(e2e, cfg, count, first.isoformat(), max_active_runs, job_nodes, ahead)
+                    result = measure(e2e, cfg, count, first.isoformat(), active[ahead], job_nodes, ahead)
                     first += timedelta(days=count)
                     results.append(result)
                     print(
