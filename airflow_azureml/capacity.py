@@ -61,13 +61,13 @@ def pool_slots(max_instances: Any, instance_count: Any, *, cluster: str = "the c
 
 
 def check_queue_ahead(value: Any) -> int:
-    """Jobs a pool lets wait in Azure's queue beyond the cluster's capacity: a small whole number.
+    """Slots a pool adds beyond the cluster's capacity, for jobs that wait in Azure's queue: a small whole number.
 
-    A rendered template (a string of digits) is accepted. More than a handful would turn the pool back into
-    Azure's queue, where ``max_queue_time`` runs out: at most 8.
+    A rendered template (ASCII digits) is accepted. More than a handful would turn the pool back into Azure's
+    queue, where ``max_queue_time`` runs out: at most 8.
     """
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
+        value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_QUEUE_AHEAD:
         raise AzureMLConfigError(f"queue_ahead must be a whole number from 0 to {MAX_QUEUE_AHEAD}, got {value!r}.")
     return value

@@ -100,6 +100,14 @@ def read_yaml(path: str | Path, kind: str) -> dict[str, Any]:
     return data
 
 
+def rendered_later(value: Any) -> bool:
+    """A template field's value that only ``render_template_fields`` turns into the real one: a Jinja string,
+    or an ``XComArg`` (anything with ``resolve``). Checked when the task runs, not when the DAG is parsed."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    return hasattr(value, "resolve")
+
+
 def looks_like_yaml_path(value: Any) -> bool:
     return isinstance(value, (str, Path)) and str(value).lower().endswith((".yml", ".yaml"))
 

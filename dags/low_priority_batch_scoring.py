@@ -53,10 +53,12 @@ Environment (read by the DAG processor and the workers alike):
 - ``AZUREML_DEFERRABLE``: ``true`` (default) waits in the triggerer, ``false`` in the worker.
 - ``AZUREML_CAPACITY_POOL_CONN_ID``: an Airflow connection to this Airflow's REST API (docs/backfills.md). Set,
   ``sync_capacity_pool`` sizes the pool ``azureml_capacity_<cluster>`` from the cluster and deployment YAML
-  (``max_instances // instance_count`` jobs) and the scoring tasks run in it, so a backfill's extra jobs wait
-  in Airflow, not in Azure's queue. Unset (default), the scoring tasks run in ``default_pool``.
+  (``max_instances // instance_count`` jobs, plus ``AZUREML_CAPACITY_QUEUE_AHEAD``) and the scoring tasks run in
+  it, so a backfill's extra jobs wait in Airflow, not in Azure's queue. Unset (default), the scoring tasks run in
+  ``default_pool``.
 - ``AZUREML_CAPACITY_QUEUE_AHEAD``: jobs the capacity pool lets wait in Azure's queue beyond the cluster's capacity
-  (default 0; 1 keeps a backfill of short jobs from idling the nodes through Airflow's turn: docs/backfills.md).
+  (0-8, default 0; 1 keeps a backfill of short jobs from idling the nodes through Airflow's turn: docs/backfills.md).
+  A bad value fails ``sync_capacity_pool``, before any call, and only when the pool is used.
 """
 
 from __future__ import annotations
@@ -104,8 +106,9 @@ DEFERRABLE = os.environ.get("AZUREML_DEFERRABLE", "true").lower() == "true"
 CAPACITY_CONN_ID = os.environ.get("AZUREML_CAPACITY_POOL_CONN_ID", "")
 CAPACITY_POOL = f"azureml_capacity_{CLUSTER}" if CAPACITY_CONN_ID else "default_pool"
 # Jobs the pool lets wait in Azure's queue beyond the cluster's capacity, so that freed nodes start the next job at
-# once: 1 for backfills of many jobs much shorter than max_queue_seconds (docs/backfills.md). Default 0.
-CAPACITY_QUEUE_AHEAD = int(os.environ.get("AZUREML_CAPACITY_QUEUE_AHEAD", "0"))
+# once: 1 for backfills of many jobs much shorter than max_queue_seconds (docs/backfills.md). Default 0. One value for
+# the whole deployment (every run's sync writes the pool), checked by sync_capacity_pool before any call.
+CAPACITY_QUEUE_AHEAD = os.environ.get("AZUREML_CAPACITY_QUEUE_AHEAD", "0")
 # When each partition must be scored by (docs/operators.md, "A deadline for the work"): e.g. "+6h" after the
 # data interval's end, or an ISO-8601 time with its offset. Unset: no deadline. The default of the run's
 # ``deadline`` param, which a manual run's conf may set.
@@ -132,9 +135,6 @@ with DAG(
         # fails the partition before any job is sent.
         "deadline": Param(DEADLINE, type=["null", "string"]),
         "on_infeasible_deadline": Param("fallback", type="string", enum=["fallback", "fail"]),
-        # Jobs the capacity pool lets wait in Azure's queue beyond the cluster's capacity (AZUREML_CAPACITY_QUEUE_AHEAD
-        # by default): a backfill may set it with --dag-run-conf (docs/backfills.md).
-        "capacity_queue_ahead": Param(CAPACITY_QUEUE_AHEAD, type="integer", minimum=0, maximum=8),
     },
     tags=["azureml", "low-priority", "example"],
     doc_md=__doc__,
@@ -221,7 +221,7 @@ with DAG(
             pool_name=CAPACITY_POOL,
             compute=str(CONFIG / "low-pri-cluster.yml"),  # max_instances
             deployment=str(CONFIG / "deployment.yml"),  # resources.instance_count of one job
-            queue_ahead="{{ params.capacity_queue_ahead }}",  # jobs that may wait in Azure's queue for freed nodes
+            queue_ahead=CAPACITY_QUEUE_AHEAD,  # jobs that may wait in Azure's queue for the nodes the next job frees
             airflow_conn_id=CAPACITY_CONN_ID,
             pool=INFRA_POOL,
         )

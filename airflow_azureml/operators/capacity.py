@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,17 +19,19 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
     beyond the capacity then waits for a slot in Airflow, not as a queued Azure job whose ``max_queue_time`` runs
     out.
 
-    ``queue_ahead`` (default 0, at most 8) lets that many more jobs wait in Azure's queue, so that the nodes a
-    job frees start the next job at once instead of idling through Airflow's turn (the trigger's poll, the
-    resume, the next task's start and submit: seconds a job). Such a job waits at most until one of the running
-    jobs ends; use it where a job is much shorter than ``max_queue_time`` (docs/backfills.md).
+    ``queue_ahead`` (default 0, at most 8) adds that many slots, so that as many jobs wait in Azure's queue and
+    the nodes a job frees start the next one at once instead of idling through Airflow's turn (the trigger's
+    poll, the resume, the next task's start and submit: seconds a job). A job queued ahead waits for running
+    jobs to end, and through any preemption or spot shortage, with its ``max_queue_time`` running: use it
+    where jobs are much shorter than ``max_queue_time`` (docs/backfills.md). In a pool sized in nodes
+    (``instance_count=1``), it counts nodes.
 
     The pool counts deferred tasks (``include_deferred=True``), since a deferrable task's job runs while the
     task is deferred; without it every deferred task would free its slot and the pool would limit nothing.
     The pool is written through Airflow's public REST API (``airflow_conn_id``: ``AirflowPoolsHook``), only when
     it is missing or its slots, ``include_deferred`` or description differ. ``dag.test()`` runs tasks without
     the scheduler, so it ignores pools: there the pool is written but limits nothing.
-    Returns the pool's name, slots, and whether it was written.
+    Returns the pool's name, slots, cluster, ``queue_ahead``, and whether it was written.
     """
 
     template_fields: Sequence[str] = ("pool_name", "compute", "deployment", "instance_count", "queue_ahead")
@@ -52,7 +55,9 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
         self.deployment = deployment
         self.instance_count = instance_count
         self.queue_ahead = queue_ahead
-        if not (isinstance(queue_ahead, str) and "{{" in queue_ahead):  # a template is checked once rendered
+        from airflow_azureml.specs import rendered_later
+
+        if not rendered_later(queue_ahead):  # a template or an XComArg is checked once rendered, before any call
             from airflow_azureml.capacity import check_queue_ahead
 
             check_queue_ahead(queue_ahead)
@@ -83,8 +88,8 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
                 )
             if count is None:
                 count = deployment.instance_count
-        if isinstance(count, str) and count.strip().isdigit():  # a rendered template
-            count = int(count)
+        if isinstance(count, str) and re.fullmatch(r"[0-9]+", count.strip()):  # a rendered template
+            count = int(count.strip())
         count = 1 if count is None else count
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise AzureMLConfigError(f"instance_count must be a positive integer, got {count!r}.")

@@ -251,7 +251,9 @@ class AzureMLDeleteComputeOperator(AzureMLBaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if "{{" not in str(if_busy):  # a template is checked once rendered, before any API call
+        from airflow_azureml.specs import rendered_later
+
+        if not rendered_later(if_busy):  # a template or an XComArg is checked once rendered, before any API call
             check_if_busy(if_busy)
         self.name = name
         self.wait = wait

@@ -252,11 +252,11 @@ def test_sync_creates_updates_and_leaves_the_pool(
     assert got == {"pool": name, "slots": 2, "cluster": "low-pri-cluster", "queue_ahead": 0, "written": True}
     assert api(airflow_api, "GET", f"/pools/{name}")[1]["slots"] == 2
 
-    # one job more than fits waits in Azure's queue (a rendered template), and the description says so
-    got = run({"queue_ahead": "{{ 1 }}"}, pendulum.datetime(2026, 11, 5, tz="UTC"))
-    assert got == {"pool": name, "slots": 2, "cluster": "low-pri-cluster", "queue_ahead": 1, "written": True}
+    # two jobs more than fit wait in Azure's queue (a rendered template): 1 + 2 slots, and the description says so
+    got = run({"queue_ahead": "{{ 1 + 1 }}"}, pendulum.datetime(2026, 11, 5, tz="UTC"))
+    assert got == {"pool": name, "slots": 3, "cluster": "low-pri-cluster", "queue_ahead": 2, "written": True}
     pool = api(airflow_api, "GET", f"/pools/{name}")[1]
-    assert pool["slots"] == 2 and "max_instances 2 // instance_count 2 + queue_ahead 1" in pool["description"], pool
+    assert pool["slots"] == 3 and "max_instances 2 // instance_count 2 + queue_ahead 2" in pool["description"], pool
 
 
 def test_example_dag_scores_in_the_capacity_pool(

@@ -91,8 +91,8 @@ def test_bad_sizing_fails_before_any_call() -> None:
 
 
 def test_queue_ahead_is_a_small_whole_number_checked_before_any_call() -> None:
-    assert [check_queue_ahead(v) for v in (0, 1, "2", 8)] == [0, 1, 2, 8]
-    for bad in (-1, 9, 1.5, True, "one", None):
+    assert [check_queue_ahead(v) for v in (0, 1, "2", " 3 ", 8)] == [0, 1, 2, 3, 8]
+    for bad in (-1, 9, 1.5, True, "one", None, "1.0", "\u00b2", "\u0663"):  # "²" and Arabic-Indic 3 are no count
         with pytest.raises(AzureMLConfigError, match="queue_ahead must be a whole number from 0 to 8"):
             check_queue_ahead(bad)
     with pytest.raises(AzureMLConfigError, match="queue_ahead"):
@@ -107,6 +107,40 @@ def test_queue_ahead_is_a_small_whole_number_checked_before_any_call() -> None:
         templated.execute({})
     hook.assert_not_called()
     pools.assert_not_called()
+
+
+def test_template_fields_rendered_later_are_checked_when_the_task_runs() -> None:
+    """A Jinja template (``{{ }}`` or ``{% %}``) or another task's XComArg is its value only once rendered."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("capacity_templates", schedule=None):
+        upstream = EmptyOperator(task_id="upstream")
+        for index, later in enumerate([upstream.output, "{% if true %}1{% endif %}", "{{ var.value.ahead }}"]):
+            op = AzureMLSyncCapacityPoolOperator(task_id=f"pool{index}", compute="azureml:spot", queue_ahead=later)
+            assert op.queue_ahead is later
+            assert AzureMLDeleteComputeOperator(task_id=f"delete{index}", name="c1", if_busy=later).if_busy is later
+
+
+def test_the_pool_gets_capacity_plus_queue_ahead_slots() -> None:
+    """max_instances 2 // instance_count 2 = 1 job, + queue_ahead 2 = 3 slots, written with a description
+    that says so (Airflow's side mocked: tests/integration/test_capacity.py writes a real pool)."""
+    op = AzureMLSyncCapacityPoolOperator(
+        task_id="pool", compute=str(CONFIG / "low-pri-cluster.yml"), deployment=str(CONFIG / "deployment.yml"),
+        queue_ahead="2",  # as rendered from a template
+    )  # fmt: skip
+    with mock.patch("airflow_azureml.hooks.airflow_pools.AirflowPoolsHook") as hook:
+        pools = hook.return_value
+        pools.get_pool.return_value = None
+        pools.create_pool.return_value = {"name": "azureml_capacity_low-pri-cluster"}
+        got = op.execute({})
+    assert got == {
+        "pool": "azureml_capacity_low-pri-cluster", "slots": 3, "cluster": "low-pri-cluster", "queue_ahead": 2,
+        "written": True,
+    }  # fmt: skip
+    (call,) = pools.create_pool.call_args_list
+    assert call.args[0] == "azureml_capacity_low-pri-cluster" and call.kwargs["slots"] == 3
+    assert "max_instances 2 // instance_count 2 + queue_ahead 2" in call.kwargs["description"]
 
 
 def test_if_busy_values() -> None:
