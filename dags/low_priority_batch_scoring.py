@@ -58,7 +58,7 @@ Environment (read by the DAG processor and the workers alike):
   ``default_pool``.
 - ``AZUREML_CAPACITY_QUEUE_AHEAD``: jobs the capacity pool lets wait in Azure's queue beyond the cluster's capacity
   (0-8, default 0; 1 keeps a backfill of short jobs from idling the nodes through Airflow's turn: docs/backfills.md).
-  A bad value fails ``sync_capacity_pool``, before any call, and only when the pool is used.
+  A bad value is an ``AzureMLConfigError`` about ``queue_ahead`` when this file is parsed (only with the pool).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ CAPACITY_CONN_ID = os.environ.get("AZUREML_CAPACITY_POOL_CONN_ID", "")
 CAPACITY_POOL = f"azureml_capacity_{CLUSTER}" if CAPACITY_CONN_ID else "default_pool"
 # Jobs the pool lets wait in Azure's queue beyond the cluster's capacity, so that freed nodes start the next job at
 # once: 1 for backfills of many jobs much shorter than max_queue_seconds (docs/backfills.md). Default 0. One value for
-# the whole deployment (every run's sync writes the pool), checked by sync_capacity_pool before any call.
+# the whole deployment (every run's sync writes the pool); checked by AzureMLSyncCapacityPoolOperator.
 CAPACITY_QUEUE_AHEAD = os.environ.get("AZUREML_CAPACITY_QUEUE_AHEAD", "0")
 # When each partition must be scored by (docs/operators.md, "A deadline for the work"): e.g. "+6h" after the
 # data interval's end, or an ISO-8601 time with its offset. Unset: no deadline. The default of the run's
