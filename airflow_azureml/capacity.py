@@ -60,14 +60,20 @@ def pool_slots(max_instances: Any, instance_count: Any, *, cluster: str = "the c
     return max_instances // instance_count
 
 
+def rendered_number(value: Any) -> Any:
+    """A rendered template's whole number (ASCII digits, spaces around) as an int; any other value as it is."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
+        return int(value.strip())
+    return value
+
+
 def check_queue_ahead(value: Any) -> int:
     """Slots a pool adds beyond the cluster's capacity, for jobs that wait in Azure's queue: a small whole number.
 
     A rendered template (ASCII digits) is accepted. More than a handful would turn the pool back into Azure's
     queue, where ``max_queue_time`` runs out: at most 8.
     """
-    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
-        value = int(value.strip())
+    value = rendered_number(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_QUEUE_AHEAD:
         raise AzureMLConfigError(f"queue_ahead must be a whole number from 0 to {MAX_QUEUE_AHEAD}, got {value!r}.")
     return value

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,6 +69,7 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
 
         ``max_instances`` is 0 when ``compute`` is a bare name: the live cluster is read for it.
         """
+        from airflow_azureml.capacity import rendered_number
         from airflow_azureml.exceptions import AzureMLConfigError
         from airflow_azureml.specs import ClusterSpec, DeploymentSpec, check_compute_name, short_name
 
@@ -88,8 +88,7 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
                 )
             if count is None:
                 count = deployment.instance_count
-        if isinstance(count, str) and re.fullmatch(r"[0-9]+", count.strip()):  # a rendered template
-            count = int(count.strip())
+        count = rendered_number(count)
         count = 1 if count is None else count
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise AzureMLConfigError(f"instance_count must be a positive integer, got {count!r}.")

@@ -78,16 +78,21 @@ def test_deployment_on_another_cluster_is_refused() -> None:
         op.sizing()
 
 
-def test_bad_sizing_fails_before_any_call() -> None:
-    op = AzureMLSyncCapacityPoolOperator(task_id="pool", compute=str(CONFIG / "low-pri-cluster.yml"), instance_count=3)
+def assert_refused_before_any_call(op: AzureMLSyncCapacityPoolOperator, match: str) -> None:
+    """``execute`` raises ``AzureMLConfigError`` before it touches Azure (the hook) or Airflow (the pools hook)."""
     with (
         mock.patch.object(AzureMLSyncCapacityPoolOperator, "hook", new_callable=mock.PropertyMock) as hook,
         mock.patch("airflow_azureml.hooks.airflow_pools.AirflowPoolsHook") as pools,
-        pytest.raises(AzureMLConfigError, match="can never run"),
+        pytest.raises(AzureMLConfigError, match=match),
     ):
         op.execute({})
     hook.assert_not_called()
     pools.assert_not_called()
+
+
+def test_bad_sizing_fails_before_any_call() -> None:
+    op = AzureMLSyncCapacityPoolOperator(task_id="pool", compute=str(CONFIG / "low-pri-cluster.yml"), instance_count=3)
+    assert_refused_before_any_call(op, "can never run")
 
 
 def test_queue_ahead_is_a_small_whole_number_checked_before_any_call() -> None:
@@ -99,14 +104,7 @@ def test_queue_ahead_is_a_small_whole_number_checked_before_any_call() -> None:
         AzureMLSyncCapacityPoolOperator(task_id="pool", compute="azureml:spot", queue_ahead=-1)
     templated = AzureMLSyncCapacityPoolOperator(task_id="pool", compute="azureml:spot", queue_ahead="{{ x }}")
     templated.queue_ahead = "many"  # rendered to something that is no count: refused before any call
-    with (
-        mock.patch.object(AzureMLSyncCapacityPoolOperator, "hook", new_callable=mock.PropertyMock) as hook,
-        mock.patch("airflow_azureml.hooks.airflow_pools.AirflowPoolsHook") as pools,
-        pytest.raises(AzureMLConfigError, match="queue_ahead"),
-    ):
-        templated.execute({})
-    hook.assert_not_called()
-    pools.assert_not_called()
+    assert_refused_before_any_call(templated, "queue_ahead")
 
 
 def test_template_fields_rendered_later_are_checked_when_the_task_runs() -> None:
