@@ -36,18 +36,27 @@ def in_background(action: Callable[[], Any]) -> threading.Thread:
 ROW_OVER = threading.Event()
 
 
+# The pause after a look is LOOK_COST_FACTOR times what the look took (up to a second): a round trip to another
+# process (Airflow's REST API, its DB) then costs at most a tenth of the wait. Looked at every 50 ms, such waits
+# kept the API server, PostgreSQL and the pytest worker busy on 2 cores that the deployments under test needed.
+LOOK_COST_FACTOR = 10
+
+
 def wait_until(
     condition: Callable[[], Any], timeout: float = 180, what: str = "condition", interval: float = 0.05
 ) -> Any:
-    """``condition()``'s first true value; ``interval`` between looks (a second for REST or DB reads)."""
+    """``condition()``'s first true value; at least ``interval`` between looks, and ten times what the last
+    look took (up to 1 s): a look at the emulator's memory comes every 50 ms, a REST or DB read (tens of
+    milliseconds, more on a busy machine) a few times a second."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ROW_OVER.is_set():
             raise TimeoutError(f"the row's run ended before {what}")
+        started = time.monotonic()
         value = condition()
         if value:
             return value
-        time.sleep(interval)
+        time.sleep(max(interval, min(1.0, LOOK_COST_FACTOR * (time.monotonic() - started))))
     raise TimeoutError(f"timed out waiting for {what}")
 
 
