@@ -130,6 +130,7 @@ def _clear_queue() -> None:
 def chain_env(emulator: Emulator, azureml_conn: dict[str, Any], airflow_db: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AZUREML_DATASTORE_ROOT", f"file://{emulator.datastore_path('')}")
     monkeypatch.setenv("AZUREML_POLL_SECONDS", "0.1")
+    monkeypatch.setenv("AZUREML_RESUBMIT_BACKOFF_SECONDS", "0.1")  # a loop of preemptions backs off 60 s by default
     _sync_and_unpause(CHAIN)
     _clear_queue()
     yield emulator
