@@ -8,11 +8,8 @@ before the wait's next poll.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ import requests
 
 from airflow_azureml.emulator import Emulator
 from tests.conftest import xcom_value
+from tests.helpers import evicted_nodes_released_on_resubmit
 from tests.integration import test_exactly_once as exactly_once
 from tests.integration.test_exactly_once import CLUSTER, person_cancels, try_numbers, when_sampled
 from tests.integration.test_instance_types_k8s import arm
@@ -176,30 +174,6 @@ def preempt_now(emulator: Emulator, _job: str) -> None:
     emulator.preempt_cluster(CLUSTER, form="canceled")
 
 
-@contextlib.contextmanager
-def evicted_nodes_released_on_resubmit(emulator: Emulator, timeout: float = 120) -> Iterator[None]:
-    """The evicted nodes go once the work's second job shows on the cluster: the verdict was taken by then.
-    The tests still keep them at most 30 s (``preempted_node_release_seconds``): a read later than that is
-    no read "just after the end". Before, every such test waited out the 30 s, as its resubmitted job queued
-    for the nodes."""
-    stop = threading.Event()
-
-    def release() -> None:
-        deadline = time.monotonic() + timeout
-        while not stop.wait(0.05) and time.monotonic() < deadline:
-            if sum(j.compute == CLUSTER for j in emulator.jobs()) >= 2:
-                emulator.deallocate_preempted(CLUSTER)
-                return
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-
-
 @pytest.mark.parametrize("deferrable", [False, True], ids=["polling", "deferred"])
 def test_a_preemption_azure_cancels_at_once_is_seen_just_after_the_end(
     workspace: Emulator,
@@ -212,7 +186,7 @@ def test_a_preemption_azure_cancels_at_once_is_seen_just_after_the_end(
     workspace.set_behaviour(capacity_cancel_after_seconds=0, preempted_node_release_seconds=30)
     case = {"deferrable": deferrable, "evidence_wait": 1, "polling": {"interval": 0.5, "max_interval": 0.5}}
     with (
-        evicted_nodes_released_on_resubmit(workspace),
+        evicted_nodes_released_on_resubmit(workspace, CLUSTER),
         when_sampled(workspace, preempt_now, sampled=False) as preempted,
     ):
         run, failures = run_case(case)
@@ -241,7 +215,7 @@ def test_a_preemption_that_ends_the_job_before_its_wait_begins_is_read_at_the_en
 
     case = {"deferrable": deferrable, "evidence_wait": 1, "polling": {"interval": 0.5, "max_interval": 0.5}}
     with (
-        evicted_nodes_released_on_resubmit(workspace),
+        evicted_nodes_released_on_resubmit(workspace, CLUSTER),
         when_sampled(workspace, preempt_and_stamp, sampled=False) as preempted,
     ):
         run, failures = run_case(case)
@@ -278,7 +252,7 @@ def test_a_retry_whose_trigger_event_was_lost_reads_the_cluster_just_after_the_e
         "polling": {"interval": 0.5, "max_interval": 0.5, "evidence_interval": 60},
     }
     # once the trigger has read the cluster while the job ran: the first try has deferred on this job
-    with evicted_nodes_released_on_resubmit(workspace), when_sampled(workspace, preempt_now) as preempted:
+    with evicted_nodes_released_on_resubmit(workspace, CLUSTER), when_sampled(workspace, preempt_now) as preempted:
         run, failures = run_case(case)
     first = sorted(workspace.jobs(), key=lambda j: j.created)[0].name
     assert lost.read_text().split() == [first], "the first try's lost event was not the preempted job's"

@@ -19,7 +19,7 @@ from airflow_azureml.emulator import Emulator
 from airflow_azureml.polling import PollingPolicy
 from benchmarks.verdicts import Timeline, wait
 from tests.conftest import xcom_value
-from tests.helpers import when_running
+from tests.helpers import evicted_nodes_released_on_resubmit, when_running
 from tests.integration import test_exactly_once as exactly_once
 from tests.integration.test_exactly_once import CLUSTER, first_gauge_read_while_running
 
@@ -86,7 +86,12 @@ def test_the_model_reaches_the_operators_verdict(
             emulator.cancel_unlogged(job)
 
     ready = read_running_a_while_ago if name == "replaced at once" else None
-    with when_running(workspace, act, cluster=CLUSTER, ready=ready):
+    # the nodes stay preempted for the case's release time, or until the work's second job shows (the verdict
+    # was taken then): the model's reads all come before that verdict
+    with (
+        evicted_nodes_released_on_resubmit(workspace, CLUSTER),
+        when_running(workspace, act, cluster=CLUSTER, ready=ready),
+    ):
         run, _ = run_case({"polling": polling, "evidence_wait": 1})
     verdict = xcom_value(run, "invoke", key="azureml_verdict")
     real = verdict["witness"]
