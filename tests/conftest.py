@@ -91,26 +91,30 @@ EXAMPLE_DAG_VARIANTS = (
 SAME_ON_EVERY_AIRFLOW = EMULATOR_ONLY + EXAMPLE_DAG_VARIANTS
 
 
-# Wall seconds of the slowest integration files in a `make test` run (per-test profile, docs/benchmarks.md).
-# pytest-xdist (--dist loadfile --no-loadscope-reorder) hands files to idle workers in collection order: the
-# e2e files first (one a worker), then the long integration files, so that the short ones and the unit tests
-# fill the workers' ends. Alphabetical order started the longest file, test_verdict_ladder.py, last.
+# Wall seconds of the slowest integration files in a `make test` run (per-test profile, docs/benchmarks.md;
+# 2026-12-06, after that day's cuts). pytest-xdist (--dist loadfile --no-loadscope-reorder) hands files to idle
+# workers in collection order: the e2e files first (one a worker), then the long integration files, so that the
+# short ones and the unit tests fill the workers' ends.
 SLOW_FILES = {
-    "test_verdict_ladder.py": 156,
-    "test_exactly_once.py": 140,
-    "test_demo.py": 123,
-    "test_lost_responses.py": 110,
-    "test_spot_fallback.py": 103,
-    "test_emulator_behaviour.py": 88,
-    "test_deferrable.py": 84,
-    "test_capacity.py": 85,  # not from a make test run: 147 s alone at load average 10; 50 s for 4 of 5 tests
-    "test_example_dag.py": 83,
-    "test_operators.py": 77,
-    "test_verdict_model.py": 67,
-    "test_waits.py": 61,
-    "test_cost_estimate.py": 55,
-    "test_openlineage.py": 44,
-    "test_resources.py": 37,
+    "test_exactly_once.py": 177,
+    "test_verdict_ladder.py": 150,
+    "test_example_dag.py": 135,
+    "test_demo.py": 124,
+    "test_lost_responses.py": 124,
+    "test_spot_fallback.py": 123,
+    "test_emulator_behaviour.py": 89,
+    "test_deferrable.py": 89,
+    "test_capacity.py": 80,
+    "test_operators.py": 76,
+    "test_openlineage.py": 59,
+    "test_waits.py": 50,
+    "test_kubernetes_jobs.py": 48,
+    "test_mlflow_model.py": 45,
+    "test_verdict_model.py": 40,
+    "test_resources.py": 38,
+    "test_code_deployment.py": 38,
+    "test_cost_estimate.py": 37,
+    "test_assets.py": 25,
 }
 
 
