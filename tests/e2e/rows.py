@@ -36,18 +36,24 @@ def in_background(action: Callable[[], Any]) -> threading.Thread:
 ROW_OVER = threading.Event()
 
 
-# The pause after a look is LOOK_COST_FACTOR times what the look took (up to a second): a round trip to another
-# process (Airflow's REST API, its DB) then costs at most a tenth of the wait. Looked at every 50 ms, such waits
-# kept the API server, PostgreSQL and the pytest worker busy on 2 cores that the deployments under test needed.
+# A paced wait (``paced=True``) pauses LOOK_COST_FACTOR times what its last look took, up to a second: a round
+# trip to another process (Airflow's REST API, its DB) then costs at most a tenth of the wait. Such waits looked
+# every 50 ms and kept the API server, PostgreSQL and the pytest worker busy on the 2 cores the deployments under
+# test need. Looks at the emulator's memory stay unpaced: on a loaded machine they can take tens of milliseconds
+# too, and a job can be Running for about a second.
 LOOK_COST_FACTOR = 10
 
 
 def wait_until(
-    condition: Callable[[], Any], timeout: float = 180, what: str = "condition", interval: float = 0.05
+    condition: Callable[[], Any],
+    timeout: float = 180,
+    what: str = "condition",
+    interval: float = 0.05,
+    *,
+    paced: bool = False,
 ) -> Any:
-    """``condition()``'s first true value; at least ``interval`` between looks, and ten times what the last
-    look took (up to 1 s): a look at the emulator's memory comes every 50 ms, a REST or DB read (tens of
-    milliseconds, more on a busy machine) a few times a second."""
+    """``condition()``'s first true value; ``interval`` between looks, or (``paced``, for REST and DB reads) ten
+    times what the last look took if that is longer, up to 1 s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ROW_OVER.is_set():
@@ -56,7 +62,8 @@ def wait_until(
         value = condition()
         if value:
             return value
-        time.sleep(max(interval, min(1.0, LOOK_COST_FACTOR * (time.monotonic() - started))))
+        took = time.monotonic() - started
+        time.sleep(max(interval, min(1.0, LOOK_COST_FACTOR * took)) if paced else interval)
     raise TimeoutError(f"timed out waiting for {what}")
 
 
@@ -247,7 +254,7 @@ def held_queued(e2e: E2E, run_id: str, interval: str, jobs: int) -> None:
     wait_until(lambda: cluster_exists(e2e), what="cluster")
     e2e.emulator.set_capacity(CLUSTER, 0)
     wait_until(lambda: len(e2e.jobs_for(interval)) >= jobs, timeout=240, what=f"{jobs} jobs")
-    wait_until(lambda: all_deferred(e2e, run_id, jobs), timeout=240, what=f"{jobs} deferred tasks")
+    wait_until(lambda: all_deferred(e2e, run_id, jobs), timeout=240, what=f"{jobs} deferred tasks", paced=True)
 
 
 def assert_no_secret_material(e2e: E2E) -> None:

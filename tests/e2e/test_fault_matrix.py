@@ -76,10 +76,12 @@ def test_task_marked_failed_while_deferred_cancels_the_job(e2e: E2E) -> None:
         wait_until(lambda: cluster_exists(e2e), what="cluster")
         e2e.emulator.set_capacity(CLUSTER, 0)
         try:
-            ti = wait_until(lambda: deferred_scoring_task(e2e, run_id), what="a deferred scoring task")
+            ti = wait_until(lambda: deferred_scoring_task(e2e, run_id), what="a deferred scoring task", paced=True)
             # Airflow runs on_kill only for a trigger the triggerer has started: wait until it polls.
             wait_until(
-                lambda: trigger_polled(e2e, run_id, interval, ti["map_index"]), what="the trigger polling its job"
+                lambda: trigger_polled(e2e, run_id, interval, ti["map_index"]),
+                what="the trigger polling its job",
+                paced=True,
             )
             e2e.airflow.set_task_state(DAG_ID, run_id, "score_partition", ti["map_index"], "failed")
             marked.append(str(ti["map_index"]))

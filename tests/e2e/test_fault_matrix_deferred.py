@@ -44,7 +44,9 @@ def test_two_triggerers_one_killed(e2e: E2E) -> None:
     partitions = 6
     first = alive_triggerers(e2e)
     e2e.airflow.start_service("triggerer", name="triggerer-2")
-    wait_until(lambda: len(alive_triggerers(e2e)) == len(first) + 1, timeout=120, what="the second triggerer")
+    wait_until(
+        lambda: len(alive_triggerers(e2e)) == len(first) + 1, timeout=120, what="the second triggerer", paced=True
+    )
     second = next(t for t in alive_triggerers(e2e) if t not in first)
     moved: list[str] = []
 
@@ -56,7 +58,7 @@ def test_two_triggerers_one_killed(e2e: E2E) -> None:
                 query = "SELECT triggerer_id, count(*) FROM trigger WHERE triggerer_id IS NOT NULL GROUP BY 1"
                 return {int(t): int(n) for t, n in sql(e2e, query)}
 
-            wait_until(lambda: sum(assigned().values()) >= partitions, what="all triggers assigned")
+            wait_until(lambda: sum(assigned().values()) >= partitions, what="all triggers assigned", paced=True)
             held = assigned()
             victim = max(held, key=lambda t: held[t])
             survivor = second if victim != second else first[-1]
@@ -96,10 +98,12 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
     person had acted, calling ``on_kill`` (apache/airflow#73454). Then each triggerer in turn is stopped
     with SIGTERM while the other takes over."""
     partitions = 20
-    wait_until(lambda: len(alive_triggerers(e2e)) == 1, timeout=120, what="one triggerer (an earlier row's gone)")
+    wait_until(
+        lambda: len(alive_triggerers(e2e)) == 1, timeout=120, what="one triggerer (an earlier row's gone)", paced=True
+    )
     services = {alive_triggerers(e2e)[-1]: "triggerer"}
     e2e.airflow.start_service("triggerer", name="triggerer-2")
-    wait_until(lambda: len(alive_triggerers(e2e)) == 2, timeout=120, what="the second triggerer")
+    wait_until(lambda: len(alive_triggerers(e2e)) == 2, timeout=120, what="the second triggerer", paced=True)
     services.update({t: "triggerer-2" for t in alive_triggerers(e2e) if t not in services})
     steps: list[str] = []
     guarded: list[tuple[int, int]] = []  # (Airflow's on_kill calls of the moved triggers, our refusals)
@@ -122,17 +126,22 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
     def fault(run_id: str, interval: str) -> None:
         try:
             held_queued(e2e, run_id, interval, partitions)
-            wait_until(lambda: sum(assigned().values()) == partitions, what="all triggers assigned")
+            wait_until(lambda: sum(assigned().values()) == partitions, what="all triggers assigned", paced=True)
             held = assigned()
             paused = max(held, key=lambda t: held[t])
             other = next(t for t in services if t != paused)
             group = e2e.airflow.procs[services[paused]].pid
             os.killpg(group, signal.SIGSTOP)  # no heartbeat: after the health threshold its triggers move
             try:
-                wait_until(lambda: all_on(other), timeout=240, what="the other triggerer taking over")
+                wait_until(lambda: all_on(other), timeout=240, what="the other triggerer taking over", paced=True)
             finally:
                 os.killpg(group, signal.SIGCONT)
-            wait_until(lambda: paused in alive_triggerers(e2e), timeout=120, what="the paused triggerer's heartbeat")
+            wait_until(
+                lambda: paused in alive_triggerers(e2e),
+                timeout=120,
+                what="the paused triggerer's heartbeat",
+                paced=True,
+            )
             deadline = time.monotonic() + 60  # Airflow cancels the moved triggers at its next sync: on_kill
             while on_kill_calls(run_id) == 0 and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -148,13 +157,17 @@ def test_triggerers_paused_past_their_heartbeat_and_stopped_while_20_jobs_wait(e
             steps.append(f"{services[paused]} paused past its heartbeat and resumed ({calls} on_kill calls)")
             for stopped, heir in ((other, paused), (paused, None)):
                 name = services[stopped]
-                wait_until(lambda: len(alive_triggerers(e2e)) >= 2, timeout=120, what="two triggerers")
+                wait_until(lambda: len(alive_triggerers(e2e)) >= 2, timeout=120, what="two triggerers", paced=True)
                 e2e.airflow.stop_service(name)  # SIGTERM
                 survivor = heir if heir is not None else next(t for t in alive_triggerers(e2e) if t != stopped)
-                wait_until(lambda s=survivor: all_on(s), timeout=240, what="the survivor taking every trigger")
+                wait_until(
+                    lambda s=survivor: all_on(s), timeout=240, what="the survivor taking every trigger", paced=True
+                )
                 steps.append(f"SIGTERM of {name}")
                 e2e.airflow.start_service("triggerer", name=name)
-                wait_until(lambda: len(alive_triggerers(e2e)) >= 2, timeout=120, what="the restarted triggerer")
+                wait_until(
+                    lambda: len(alive_triggerers(e2e)) >= 2, timeout=120, what="the restarted triggerer", paced=True
+                )
                 services.update({t: name for t in alive_triggerers(e2e) if t not in services})
         finally:
             e2e.emulator.set_capacity(CLUSTER, None)
@@ -203,7 +216,9 @@ def test_person_cancels_a_job_while_its_task_is_deferred(e2e: E2E) -> None:
         try:
             held_queued(e2e, run_id, interval, CONF["partitions"])
             index = min(scoring_tasks(e2e, run_id))
-            wait_until(lambda: trigger_polled(e2e, run_id, interval, index), what="the trigger polling its job")
+            wait_until(
+                lambda: trigger_polled(e2e, run_id, interval, index), what="the trigger polling its job", paced=True
+            )
             # Airflow's own race, not the provider's: when the worker that deferred the try reports its exit
             # after the trigger fired and the try resumed, the scheduler takes that late "success" for a state
             # changed externally and marks the running try UP_FOR_RETRY (seen once in CI under load: the
@@ -248,7 +263,9 @@ def test_clear_of_a_deferred_task_after_on_kill(e2e: E2E) -> None:
         try:
             held_queued(e2e, run_id, interval, CONF["partitions"])
             index = min(scoring_tasks(e2e, run_id))
-            wait_until(lambda: trigger_polled(e2e, run_id, interval, index), what="the trigger polling its job")
+            wait_until(
+                lambda: trigger_polled(e2e, run_id, interval, index), what="the trigger polling its job", paced=True
+            )
             e2e.airflow.api(
                 "POST",
                 f"/dags/{DAG_ID}/clearTaskInstances",
