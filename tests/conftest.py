@@ -91,30 +91,29 @@ EXAMPLE_DAG_VARIANTS = (
 SAME_ON_EVERY_AIRFLOW = EMULATOR_ONLY + EXAMPLE_DAG_VARIANTS
 
 
-# Wall seconds of the slowest integration files in a `make test` run (per-test profile, docs/benchmarks.md;
-# 2026-12-06, after that day's cuts). pytest-xdist (--dist loadfile --no-loadscope-reorder) hands files to idle
-# workers in collection order: the e2e files first (one a worker), then the long integration files, so that the
-# short ones and the unit tests fill the workers' ends.
+# Wall seconds of the slowest integration files in a `make test` run (per-test profile of 30b4819, 2026-12-06:
+# docs/benchmarks.md, "Where make test's time goes"). pytest-xdist (--dist loadfile --no-loadscope-reorder) hands
+# files to idle workers in collection order: the e2e files first (one a worker), then the long integration files,
+# so that the short ones and the unit tests fill the workers' ends.
 SLOW_FILES = {
-    "test_exactly_once.py": 177,
-    "test_verdict_ladder.py": 150,
-    "test_example_dag.py": 135,
-    "test_demo.py": 124,
-    "test_lost_responses.py": 124,
-    "test_spot_fallback.py": 123,
-    "test_emulator_behaviour.py": 89,
-    "test_deferrable.py": 89,
-    "test_capacity.py": 80,
-    "test_operators.py": 76,
-    "test_openlineage.py": 59,
-    "test_waits.py": 50,
-    "test_kubernetes_jobs.py": 48,
-    "test_mlflow_model.py": 45,
-    "test_verdict_model.py": 40,
-    "test_resources.py": 38,
-    "test_code_deployment.py": 38,
-    "test_cost_estimate.py": 37,
-    "test_assets.py": 25,
+    "test_exactly_once.py": 219,
+    "test_verdict_ladder.py": 139,
+    "test_spot_fallback.py": 134,
+    "test_demo.py": 130,
+    "test_example_dag.py": 127,
+    "test_lost_responses.py": 126,
+    "test_deferrable.py": 90,
+    "test_emulator_behaviour.py": 87,
+    "test_operators.py": 87,
+    "test_capacity.py": 71,
+    "test_openlineage.py": 60,
+    "test_kubernetes_jobs.py": 52,
+    "test_waits.py": 46,
+    "test_verdict_model.py": 43,
+    "test_emulator_protocol.py": 42,
+    "test_assets.py": 37,
+    "test_resources.py": 36,
+    "test_cost_estimate.py": 36,
 }
 
 
@@ -236,26 +235,34 @@ def azureml_conn(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> dict[st
 
 # The DAG files this test loaded. Airflow 3.3's dag.test() parses and serializes every DAG file of the folder on
 # each call (apache/airflow#64884): nine files, about 0.25 s of CPU a call in a suite that makes hundreds. The
-# folder's .airflowignore hides the files no test of this process has loaded since its last reset (below).
+# folder's .airflowignore hides the files this test has not loaded, until the test ends. A DAG of a hidden file
+# run by dag.test() would run its last serialized version without an error: run only DAGs from load_dag().
 _LOADED_DAG_FILES: set[str] = set()
 
 
 def show_only_loaded_dag_files(file_name: str) -> None:
     """Hide from the DAG folder's parse (``.airflowignore``) every top-level DAG file this test has not loaded."""
+    assert DAGS_FOLDER.is_absolute(), "pytest_configure sets DAGS_FOLDER: never write an .airflowignore elsewhere"
     _LOADED_DAG_FILES.add(file_name)
     hidden = sorted(p.name for p in DAGS_FOLDER.glob("*.py") if p.name not in _LOADED_DAG_FILES)
-    original = (REPO / "dags" / ".airflowignore").read_text()
-    (DAGS_FOLDER / ".airflowignore").write_text(original + "".join(f"/{name}\n" for name in hidden))
+    text = (REPO / "dags" / ".airflowignore").read_text() + "".join(f"/{name}\n" for name in hidden)
+    ignore = DAGS_FOLDER / ".airflowignore"
+    if ignore.read_text() != text:  # written whole (os.replace): a parse never reads half a file
+        scratch = ignore.with_name(f".airflowignore.{os.getpid()}")
+        scratch.write_text(text)
+        os.replace(scratch, ignore)
 
 
 @pytest.fixture(autouse=True)
 def whole_dag_folder_after_each_test() -> Iterator[None]:
-    """Each test starts with the whole DAG folder visible: a test that runs a DAG another way (a subprocess,
-    the CLI) sees every file, as before."""
+    """Each test starts with the whole DAG folder visible. (A subprocess a test starts after its load_dag() sees
+    the narrowed folder: such tests run the file they loaded.)"""
     yield
     if _LOADED_DAG_FILES:
         _LOADED_DAG_FILES.clear()
-        shutil.copy(REPO / "dags" / ".airflowignore", DAGS_FOLDER / ".airflowignore")
+        scratch = DAGS_FOLDER / f".airflowignore.{os.getpid()}"
+        shutil.copy(REPO / "dags" / ".airflowignore", scratch)
+        os.replace(scratch, DAGS_FOLDER / ".airflowignore")
 
 
 def load_dag(file_name: str, dag_id: str | None = None) -> Any:
