@@ -56,6 +56,23 @@ def pytest_configure(config: pytest.Config) -> None:
     shutil.copytree(REPO / "dags" / "azureml", DAGS_FOLDER / "azureml")
     shutil.copy(REPO / "dags" / ".airflowignore", DAGS_FOLDER / ".airflowignore")
     sys.path.insert(0, str(DAGS_FOLDER))  # as Airflow does for DAG files: shared modules next to them import
+    keep_the_data_lake_library_out_of_home()
+
+
+def keep_the_data_lake_library_out_of_home() -> None:
+    """azure-datalake-store (the Microsoft Azure provider's Data Lake hook, which Airflow's ProvidersManager
+    imports when it lists hooks) makes ``~/.config/azure-datalake-store`` at import. Imported first here with
+    HOME in this session's Airflow home, it makes its folder there: a test leaves nothing in the user's home."""
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = str(_HOME)
+    try:
+        with contextlib.suppress(ImportError):
+            import azure.datalake.store.utils  # noqa: F401
+    finally:
+        if home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = home
 
 
 # Tests that `make test-airflow-3.1` / `-3.2` leave out (marked `same_on_every_airflow`; `make test`, on 3.3,

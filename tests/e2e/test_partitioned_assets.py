@@ -212,7 +212,7 @@ def test_the_savings_view_shows_the_cost_reports_and_nothing_to_a_user_who_canno
             context.add_cookies([{"name": "_token", "value": e2e.airflow.token_for(username), "url": base}])
         return context.new_page()
 
-    with browser.chromium() as chromium:
+    with browser.chromium(tmp_path / "browser-home") as chromium:
         page = signed_in(chromium, "admin")
         # A run's page: one line per task, each figure its own report's; the cards, the run's reports billed together
         for run_id, found in reports.items():
