@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh:
         shutil.rmtree(demo, ignore_errors=True)
     demo.mkdir(parents=True, exist_ok=True)
+    # This script imports Airflow itself (the provider's secret masking, the bill): without an Airflow home of
+    # its own, Airflow's defaults would make ~/airflow/logs in the user's home.
+    os.environ["AIRFLOW_HOME"] = str(demo / "airflow")
     earlier = earlier_intervals(demo)
     new = max(earlier, default=0) + 1
     emulator, info = start_emulator(demo)

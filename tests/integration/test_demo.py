@@ -24,6 +24,11 @@ def run_demo(demo: Path, *args: str) -> str:
     env = {**{k: v for k, v in os.environ.items() if k != "AZUREML_CURRENT_CLOUD"}, "AZUREML_DEMO_DIR": str(demo)}
     for key in [k for k in env if k.startswith("AIRFLOW")]:  # the demo sets up its own Airflow home
         del env[key]
+    # A home of its own, which must stay empty: `make demo` writes nothing into a user's home (a .ci/run found
+    # ~/airflow/logs, made by the demo script's own import of Airflow before it had set AIRFLOW_HOME).
+    home = demo.parent / "home"
+    home.mkdir(exist_ok=True)
+    env["HOME"] = str(home)
     result = subprocess.run(
         [sys.executable, str(DEMO_SCRIPT), *args],
         env=env,
@@ -41,6 +46,7 @@ def run_demo(demo: Path, *args: str) -> str:
     ]
     assert errors == [], out[-3000:]
     assert result.returncode == 0, out[-3000:]
+    assert sorted(p.name for p in home.rglob("*")) == [], "the demo wrote into the user's home"
     return out
 
 
