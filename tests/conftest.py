@@ -200,6 +200,20 @@ def reuse_the_in_process_execution_api() -> None:
     supervisor.InProcessTestSupervisor._api_client = staticmethod(api_client)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def fresh_secrets_masker() -> None:
+    """Each test file starts with Airflow's secrets masker empty, as each task process does.
+
+    The masker recompiles one regex of every secret it holds on each new one (``Connection.get`` adds the
+    connection's), and a pytest worker runs hundreds of tests, each with an emulator of its own secrets: the
+    recompiles took about 8 % of a worker's CPU (py-spy, docs/benchmarks.md). Per file, not per test, so that
+    a secret a module-scoped fixture registered stays masked for every test of its file.
+    """
+    for module in ("airflow.sdk._shared.secrets_masker", "airflow._shared.secrets_masker"):
+        with contextlib.suppress(ImportError, AttributeError):
+            importlib.import_module(module).reset_secrets_masker()
+
+
 @pytest.fixture(autouse=True)
 def fresh_spot_histories() -> None:
     """Each test starts with no spot history: the Variables the spot policy shares between tasks would
