@@ -17,6 +17,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TEST_WORKERS ?= 5
 VERSION_TEST_WORKERS ?= 2  # 3.1/3.2: at 4, 3.2 lost two timing-held tests (cost estimate, demo) on 2 cores
+# the distributed rows: the backfill file on one worker, the deadline and partitioned-asset files on the other
+DISTRIBUTED_TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-clean test test-distributed bench-backfill reliability lint install clean docs test-airflow-3.1 test-airflow-3.2 test-versions
@@ -46,14 +48,15 @@ test: $(STAMP)
 # evictions, each reprocess behaviour, rolling restarts. And the partitioned-asset chain, which needs the scheduler
 # to create runs (tests/e2e/test_partitioned_assets.py, its own LocalExecutor deployment: 2.5 min), and the savings
 # view in headless Chromium on that deployment's runs (Debian's chromium, docs/ui.md). And the deadline rows
-# (tests/e2e/test_deadline.py, a LocalExecutor deployment of their own: about 6 min). About 20 min,
-# mostly waiting; .ci/run runs it beside the Airflow 3.1/3.2 runs, so that `make test` stays within its 12 min
+# (tests/e2e/test_deadline.py, a LocalExecutor deployment of their own: about 6 min). About 20 min of rows,
+# mostly waiting: on two workers, about 11 min (the backfill file on one, the other two files on the other).
+# .ci/run runs it beside the Airflow 3.1/3.2 runs, so that `make test` stays within its 12 min
 # (docs/backfills.md, docs/assets.md).
 test-distributed: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_redis.sh
 	bash scripts/ensure_chromium.sh
-	$(PY) -m pytest -q -p no:cacheprovider --durations=5 -m distributed tests/e2e
+	$(PY) -m pytest -q -p no:cacheprovider -n $(DISTRIBUTED_TEST_WORKERS) --dist loadfile --durations=5 -m distributed tests/e2e
 
 # Backfills of 10, 30 and 60 daily intervals (4 partitions each) on the Celery deployment under node evictions and
 # whole-cluster preemptions at a fixed rate: wall time, intervals per hour, the ratio to the cluster-bound ideal,

@@ -38,7 +38,9 @@ from tests.e2e.rows import wait_until
 
 # Beside the 3.1/3.2 runs in .ci/run (make test-distributed): inside `make test` its deployment took it 29 s
 # past the 12 min budget (12 min 29 s in the .ci/run of a079fa2).
-pytestmark = [pytest.mark.e2e, pytest.mark.distributed]
+# Its own timeout, as the other distributed files have: the first row's also holds the module's deployment start,
+# which `make test-distributed` runs beside the Celery deployment (two workers) and .ci/run beside 3.1/3.2.
+pytestmark = [pytest.mark.e2e, pytest.mark.distributed, pytest.mark.timeout(900)]
 
 ETL, SCORING, REPORT, PARTITION_REPORT = (
     "example_asset_etl",
