@@ -54,6 +54,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the e2e harness lives in tests/
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.airflow_home import use_a_scratch_airflow_home  # noqa: E402
+
+use_a_scratch_airflow_home()  # the e2e harness and the provider import Airflow
+
 from tests.e2e import rows  # noqa: E402
 from tests.e2e.conftest import DAG_ID, E2E, deployment  # noqa: E402
 from tests.e2e.rows import CLUSTER, forget_spot_history, preempt_whole_cluster, sql, wait_until  # noqa: E402

@@ -36,11 +36,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_azureml import lifecycle
-from airflow_azureml.lifecycle import BackOff, CheckDuplicate, Limits, ResubmissionState, Resubmit
-from airflow_azureml.lifecycle_verdict import EVIDENCE_RECHECK
-from airflow_azureml.outcomes import ActivityEvidence, GaugeEvidence, JobSnapshot, Outcome, classify
-from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy
+from benchmarks.airflow_home import use_a_scratch_airflow_home
+
+use_a_scratch_airflow_home()  # the provider's modules below import Airflow
+
+from airflow_azureml import lifecycle  # noqa: E402
+from airflow_azureml.lifecycle import BackOff, CheckDuplicate, Limits, ResubmissionState, Resubmit  # noqa: E402
+from airflow_azureml.lifecycle_verdict import EVIDENCE_RECHECK  # noqa: E402
+from airflow_azureml.outcomes import ActivityEvidence, GaugeEvidence, JobSnapshot, Outcome, classify  # noqa: E402
+from airflow_azureml.polling import GaugeReading, JobWatch, PollingPolicy  # noqa: E402
 
 WALL = 1_700_000_000.0  # the model's epoch: the wait's monotonic 0 is this wall-clock time
 MAX_STEPS = 100_000  # a wait that takes more steps than this is a hang
