@@ -205,9 +205,10 @@ def fresh_secrets_masker() -> None:
     """Each test file starts with Airflow's secrets masker empty, as each task process does.
 
     The masker recompiles one regex of every secret it holds on each new one (``Connection.get`` adds the
-    connection's), and a pytest worker runs hundreds of tests, each with an emulator of its own secrets: the
-    recompiles took about 8 % of a worker's CPU (py-spy, docs/benchmarks.md). Per file, not per test, so that
-    a secret a module-scoped fixture registered stays masked for every test of its file.
+    connection's), and a pytest worker runs hundreds of tests, each with an emulator of its own secrets: 7.7 %
+    of a py-spy profile of three integration files run in one process, and ``make test`` took 1,316 CPU-s
+    before the reset and 1,135 after (docs/benchmarks.md, "Airflow's secrets masker"). Per file, not per test,
+    so that a secret a module-scoped fixture registered stays masked for every test of its file.
     """
     for module in ("airflow.sdk._shared.secrets_masker", "airflow._shared.secrets_masker"):
         with contextlib.suppress(ImportError, AttributeError):
