@@ -128,7 +128,7 @@ class JobWatch:
         self.last_compute = snapshot.compute
         self.terminal = snapshot.terminal
         self.usage.status(_wall(now), snapshot.name, snapshot.status, snapshot.compute)
-        if snapshot.terminal:  # run history's times (a failed or cancelled job's): the attempt's node time floor
+        if snapshot.terminal:  # run history's times (of any ended job): the attempt's node time floor
             self.usage.ran(snapshot.started_at, snapshot.ended_at, snapshot.instance_count)
         self._settle(snapshot, now)
         self._last_poll = now

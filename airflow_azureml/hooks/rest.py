@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from airflow_azureml.exceptions import AzureMLError
-from airflow_azureml.outcomes import JobSnapshot
+from airflow_azureml.outcomes import TERMINAL_STATES, JobSnapshot
 from airflow_azureml.redaction import scrub
 
 if TYPE_CHECKING:
@@ -140,9 +140,10 @@ def _history_base(settings: AzureMLConnectionSettings, discovery: dict[str, Any]
     return str(discovery.get("api") or discovery.get("history") or settings.resource_manager_url)
 
 
-def _needs_details(arm_job: dict[str, Any]) -> bool:
-    """Only a failed or cancelled job's error/warnings matter, and only run history has them."""
-    return (arm_job.get("properties") or {}).get("status") in ("Failed", "Canceled")
+def needs_details(arm_job: dict[str, Any]) -> bool:
+    """An ended job: only run history has its start and end times (the bill's floor of every attempt's node
+    time, completed ones included: docs/cost.md) and a failed or cancelled job's error and warnings."""
+    return (arm_job.get("properties") or {}).get("status") in TERMINAL_STATES
 
 
 def _connection_errors() -> tuple[type[Exception], ...]:
@@ -341,18 +342,18 @@ class RestClient(_ClientBase):
         return self.request("GET", url, what=f"GET run details {name}")
 
     def snapshot(self, name: str) -> JobSnapshot:
-        """The job's status; for a failed or cancelled job also its error and warnings.
+        """The job's status; for an ended job also run history's start and end times, and its error and warnings.
 
         The job exists once ARM returns it: a 404 from run history (lagging, or no run record) leaves
         the details out, it never makes the job "not found".
         """
         arm = self.get_job(name)
         details = None
-        if _needs_details(arm):
+        if needs_details(arm):
             try:
                 details = self.get_run_details(name)
             except ResourceNotFound:
-                log.warning("Run history has no details for job %s (yet); its error message is unknown.", name)
+                log.warning("Run history has no details for job %s (yet); its run times and error are unknown.", name)
         return JobSnapshot.from_rest(arm, details)
 
     def cancel_job(self, name: str) -> None:
@@ -475,11 +476,13 @@ class AsyncRestClient(_ClientBase):
     async def complete_snapshot(self, arm: dict[str, Any]) -> JobSnapshot:
         """As ``RestClient.snapshot``: a run-history 404 leaves the details out, the job still exists."""
         details = None
-        if _needs_details(arm):
+        if needs_details(arm):
             try:
                 details = await self.get_run_details(arm["name"])
             except ResourceNotFound:
-                log.warning("Run history has no details for job %s (yet); its error message is unknown.", arm["name"])
+                log.warning(
+                    "Run history has no details for job %s (yet); its run times and error are unknown.", arm["name"]
+                )
         return JobSnapshot.from_rest(arm, details)
 
     async def cancel_job(self, name: str) -> None:

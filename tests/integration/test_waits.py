@@ -327,6 +327,39 @@ def test_run_history_404_of_an_existing_job_is_not_no_such_job(jobs: tuple[Emula
     assert again is not None and again.name == name and again.status == "Canceled"
 
 
+# ------------------------------------------------------- a completed job's run times
+def test_a_completed_jobs_waits_keep_its_run_times_and_its_bill_a_floor(jobs: tuple[Emulator, Any]) -> None:
+    """Sync and deferred, a completed job's wait reads run history's start and end times, so the bill counts the
+    attempt's node time even when no read of the cluster fell inside its run. Without them a completed attempt
+    billed only what the reads saw: a .ci/run on Airflow 3.1 got a cost of 0 for a completed scoring task
+    (tests/integration/test_openlineage.py)."""
+    from airflow_azureml import cost
+
+    emulator, ml = jobs
+    sync_name = invoke(ml, "in/a", "job-completed-times-sync")
+    snapshot = AzureMLHook().wait_for_job(sync_name, PollingPolicy(**FAST))
+    deferred_name = invoke(ml, "in/a", "job-completed-times-deferred")
+    event = asyncio.run(asyncio.wait_for(run_trigger(trigger(deferred_name)), HANG_GUARD))
+    assert event["status"] == "terminal"
+    for name, started_at, ended_at in (
+        (sync_name, snapshot.started_at, snapshot.ended_at),
+        (deferred_name, event["job"]["started_at"], event["job"]["ended_at"]),
+    ):
+        job = emulator.job(name)
+        assert job.status == "Completed" and job.started is not None and job.ended is not None
+        assert started_at == pytest.approx(job.started.timestamp(), abs=0.01), name
+        assert ended_at == pytest.approx(job.ended.timestamp(), abs=0.01), name
+    # the deferred wait's usage carries them: a bill of it with its reads all outside the run still counts the run
+    (span,) = [s for s in event["usage"]["spans"] if s.get("job") == deferred_name]
+    assert span["started_at"] == event["job"]["started_at"] and span["ended_at"] == event["job"]["ended_at"]
+    start, end = span["started_at"], span["ended_at"]
+    zero = [0] * len(cost.STATES)
+    span["points"], span["end"] = [[start - 2.0, *zero], [end + 1.0, *zero]], end + 1.0  # no node seen by a read
+    span["instance_count"] = 2
+    bill = cost.estimate(event["usage"], {"low-pri-cluster": {"dedicated": 1.0, "spot": 0.2}})
+    assert bill["node_hours_total"] == pytest.approx(2 * (end - start) / 3600.0, rel=1e-6), bill
+
+
 # ------------------------------------------------------------ the preemption gauge
 def _compute_reads(emulator: Emulator, since: int, compute: str = "low-pri-cluster") -> list[dict[str, Any]]:
     return [
