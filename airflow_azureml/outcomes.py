@@ -59,8 +59,8 @@ class JobSnapshot:
     properties: dict[str, str] = field(default_factory=dict)  # the job's (immutable) user properties
     # nodes the job holds, from the job resource (batch: compute.instanceCount; command: resources.instanceCount)
     instance_count: int | None = None
-    # when the job ran, as run history records it (startTimeUtc, endTimeUtc; epoch seconds): read only for a
-    # failed or cancelled job, it says which of the wait's compute reads were taken while the job ran
+    # when the job ran, as run history records it (startTimeUtc, endTimeUtc; epoch seconds): read for an ended
+    # job, it says which of the wait's compute reads were taken while the job ran, and floors its bill
     started_at: float | None = None
     ended_at: float | None = None
 

@@ -146,6 +146,19 @@ def needs_details(arm_job: dict[str, Any]) -> bool:
     return (arm_job.get("properties") or {}).get("status") in TERMINAL_STATES
 
 
+def details_unread(arm_job: dict[str, Any], exc: Exception) -> None:
+    """Run history's details could not be read. For a completed job they only refine its bill: log it and go
+    on without them (its node time is then the cluster reads'). For a failed or cancelled job they may hold
+    the verdict's evidence: raise."""
+    if (arm_job.get("properties") or {}).get("status") != "Completed":
+        raise exc
+    log.info(
+        "Could not read run history's details of completed job %s (%s); its bill counts the cluster reads only.",
+        arm_job.get("name"),
+        scrub(str(exc), limit=300),
+    )
+
+
 def _connection_errors() -> tuple[type[Exception], ...]:
     from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 
@@ -354,6 +367,8 @@ class RestClient(_ClientBase):
                 details = self.get_run_details(name)
             except ResourceNotFound:
                 log.warning("Run history has no details for job %s (yet); its run times and error are unknown.", name)
+            except Exception as exc:  # a completed job's details are best effort: never fail or stall its wait
+                details_unread(arm, exc)
         return JobSnapshot.from_rest(arm, details)
 
     def cancel_job(self, name: str) -> None:
@@ -483,6 +498,8 @@ class AsyncRestClient(_ClientBase):
                 log.warning(
                     "Run history has no details for job %s (yet); its run times and error are unknown.", arm["name"]
                 )
+            except Exception as exc:  # as RestClient.snapshot
+                details_unread(arm, exc)
         return JobSnapshot.from_rest(arm, details)
 
     async def cancel_job(self, name: str) -> None:

@@ -4,9 +4,9 @@ Azure Resource Manager throttles reads per subscription (12,000/hour under the l
 2,000 waits polled one by one every 30 s need 240,000 reads an hour. Here, all waits on the same
 connection in one triggerer share one paged LIST per interval of the provider's own jobs (those
 with the ``naming.UNIT_TAG`` property), newest first, stopping once every waited job was seen and
-after at most ``ceil(waits / page size) + 1`` pages; a job missing from those pages, or one that
-needs its error details, costs a GET. So a tick costs what the waits need, not what the workspace
-holds.
+after at most ``ceil(waits / page size) + 1`` pages; a job missing from those pages costs a GET, and a job
+seen ended one GET of run history's details (its run times; a failed or cancelled job's error). So a tick
+costs what the waits need, not what the workspace holds.
 
 Failures are kept where they belong: a 400/403/malformed answer for one job ends that job's wait
 only; a token failure, a throttled or failed LIST, or a network error is transient for the waits

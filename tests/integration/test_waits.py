@@ -360,6 +360,24 @@ def test_a_completed_jobs_waits_keep_its_run_times_and_its_bill_a_floor(jobs: tu
     assert bill["node_hours_total"] == pytest.approx(2 * (end - start) / 3600.0, rel=1e-6), bill
 
 
+@pytest.mark.parametrize("status", [403, 503])
+def test_run_history_that_fails_for_a_completed_job_does_not_fail_its_wait(
+    jobs: tuple[Emulator, Any], status: int
+) -> None:
+    """A completed job's run-history details only refine its bill: a read of them that fails (no permission on
+    run history, throttling) leaves them out, and the sync and the deferred wait still end Completed at once."""
+    emulator, ml = jobs
+    sync_name = invoke(ml, "in/a", f"job-history-{status}-sync")
+    deferred_name = invoke(ml, "in/a", f"job-history-{status}-deferred")
+    emulator.add_fault(kind="status", status=status, path="/runs/[^/]+/details$", count=None)
+    snapshot = AzureMLHook().wait_for_job(sync_name, PollingPolicy(**FAST))
+    event = asyncio.run(asyncio.wait_for(run_trigger(trigger(deferred_name)), HANG_GUARD))
+    assert snapshot.status == "Completed" and snapshot.started_at is None
+    assert event["status"] == "terminal" and event["job"]["status"] == "Completed", event
+    assert event["job"]["started_at"] is None
+    assert [r for r in emulator.requests() if r["path"].endswith("/details") and r["status"] == status]
+
+
 # ------------------------------------------------------------ the preemption gauge
 def _compute_reads(emulator: Emulator, since: int, compute: str = "low-pri-cluster") -> list[dict[str, Any]]:
     return [
