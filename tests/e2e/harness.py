@@ -77,8 +77,12 @@ class Postgres:
             # run's clean-up never removes a live run's folder (not even during its initdb).
             self.holder = Path(tempfile.mkdtemp(prefix=self.PREFIX))
             self.holder.chmod(0o711)  # the postgres user may pass through to data/, nothing more
-            self._lock = open(self.holder / "lock", "w")  # noqa: SIM115 - held for the run's life
+            # Locked under another name, then renamed: ``lock`` appears already held. Created as ``lock``, another
+            # worker's ``remove_stale`` could take it between open and flock, and remove this live folder (a
+            # .ci/run: BlockingIOError at the flock, every row of a matrix file in error).
+            self._lock = open(self.holder / "lock.new", "w")  # noqa: SIM115 - held for the run's life
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(self.holder / "lock.new", self.holder / "lock")
             self.dir = self.holder / "data"
         else:
             self.holder = None
