@@ -33,9 +33,11 @@ INTERVAL = pendulum.datetime(2026, 11, 21, tz="UTC")
 BLOB = "wasbs://workspaceblobstore@emulatorstore.dfs.core.windows.net"
 
 
-def run_chain(tmp_path: Path, dag_ids: list[str]) -> tuple[list[dict[str, Any]], str]:
-    """Run the DAGs one after another in a fresh process: the OpenLineage events it emitted, and what it printed."""
+def run_chain(tmp_path: Path, dag_ids: list[str]) -> tuple[list[dict[str, Any]], dict[str, str], str]:
+    """Run the DAGs one after another in a fresh process: the OpenLineage events it emitted, each DAG run's
+    state, and what it printed."""
     events_file = tmp_path / "openlineage.jsonl"
+    states_file = tmp_path / "states.txt"
     dags_folder = conftest.DAGS_FOLDER  # set by pytest_configure
     script = "\n".join(
         [
@@ -46,7 +48,8 @@ def run_chain(tmp_path: Path, dag_ids: list[str]) -> tuple[list[dict[str, Any]],
             f"for dag_id in {dag_ids!r}:",
             "    dag = next(d for d in vars(module).values() if getattr(d, 'dag_id', None) == dag_id)",
             f"    run = dag.test(logical_date=pendulum.parse({INTERVAL.isoformat()!r}))",
-            "    print('STATE', dag_id, run.state)",
+            # a file of its own: Airflow's log writers share stdout, so a printed line can land inside another
+            f"    with open({str(states_file)!r}, 'a') as f: f.write(f'{{dag_id}} {{run.state}}\\n')",
         ]
     )
     env = {k: v for k, v in os.environ.items() if k != "AZUREML_CURRENT_CLOUD"}
@@ -63,13 +66,14 @@ def run_chain(tmp_path: Path, dag_ids: list[str]) -> tuple[list[dict[str, Any]],
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert events_file.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    return [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()], done.stdout
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    return events, states(states_file), done.stdout
 
 
-def states(out: str) -> dict[str, str]:
-    """``{dag_id: state}`` from the ``STATE <dag_id> <state>`` lines the runner printed."""
-    lines = [line.split() for line in out.splitlines() if line.startswith("STATE ")]
-    return {parts[1]: parts[2].rsplit(".", 1)[-1].lower() for parts in lines}
+def states(states_file: Path) -> dict[str, str]:
+    """``{dag_id: state}`` from the ``<dag_id> <state>`` lines the runner wrote (none if it wrote no file)."""
+    lines = [line.split() for line in states_file.read_text().splitlines()] if states_file.exists() else []
+    return {parts[0]: parts[1].rsplit(".", 1)[-1].lower() for parts in lines}
 
 
 def xcom_by_map_index(event: dict[str, Any], task: str, key: str) -> Any:
@@ -115,8 +119,8 @@ def test_invoke_and_command_job_lineage_on_complete(chain_env: Emulator, tmp_pat
     # the chain is three `airflow dags test` processes: on a busy machine its scoring job runs minutes in
     # only once every running attempt's wait has read the gauge: the bill's figures come from those reads
     with when_running(emulator, preempt_once, timeout=900, ready=every_running_job_sampled):
-        events, out = run_chain(tmp_path, chain)
-    assert states(out) == dict.fromkeys(chain, "success"), out[-3000:]
+        events, run_states, out = run_chain(tmp_path, chain)
+    assert run_states == dict.fromkeys(chain, "success"), out[-3000:]
     assert preempted, "no job was preempted"
 
     completes = task_events(events, "score_partition", "COMPLETE")
@@ -189,8 +193,8 @@ def test_invoke_lineage_on_failure_counts_the_preemptions(chain_env: Emulator, t
     # each attempt preempted only once every running attempt's wait has read the gauge (its lost node-hours
     # come from those reads; an attempt preempted before any read bills none: docs/cost.md)
     with when_running(emulator, preempt_every_job, times=100, timeout=900, ready=every_running_job_sampled):
-        events, out = run_chain(tmp_path, ["example_asset_etl", "example_asset_scoring"])
-    assert states(out) == {"example_asset_etl": "success", "example_asset_scoring": "failed"}, out[-3000:]
+        events, run_states, out = run_chain(tmp_path, ["example_asset_etl", "example_asset_scoring"])
+    assert run_states == {"example_asset_etl": "success", "example_asset_scoring": "failed"}, out[-3000:]
     failures = task_events(events, "score_partition", "FAIL")
     assert len(failures) == 2
     for event in failures:
