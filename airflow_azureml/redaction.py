@@ -39,11 +39,15 @@ _PATTERNS = [
     re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),  # JWT-shaped tokens
 ]
 REDACTED = "***"
+# Shorter registered values are not replaced: a one-letter "secret" would turn every such letter of a log line
+# or an error into "***" and hide what went wrong. Airflow's masker skips them too (its default for
+# ``core.min_length_masked_secret``); Azure's client secrets and keys are tens of characters.
+MIN_SECRET_LENGTH = 5
 
 
 def mask(secret: str) -> None:
     """Register a secret: Airflow's log masker hides it, and ``scrub`` removes it from text."""
-    if not secret:
+    if not secret or len(secret) < MIN_SECRET_LENGTH:
         return
     with _LOCK:
         _KNOWN.add(secret)

@@ -22,6 +22,13 @@ def test_scrub_first_then_truncate_leaves_no_prefix_of_a_registered_secret() -> 
     assert len(cut) <= 500
 
 
+def test_a_registered_value_too_short_to_be_a_secret_leaves_text_readable() -> None:
+    mask("a")
+    mask("to")
+    text = "Compute a-cluster to be deleted: a job is still running"
+    assert scrub(text) == text
+
+
 def test_scrub_then_truncate_leaves_no_prefix_of_a_bearer_token() -> None:
     text = "y" * 470 + f"Authorization: Bearer {JWT}"
     cut = scrub(text, limit=500)
