@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_azureml.exceptions import AzureMLConfigError
-from airflow_azureml.redaction import mask
+from airflow_azureml.redaction import MIN_SECRET_LENGTH, mask
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -164,6 +164,12 @@ def parse_connection(conn: Any) -> AzureMLConnectionSettings:
     if secret and not (tenant and conn.login):
         raise AzureMLConfigError(
             f"Connection {conn.conn_id!r}: a client secret needs tenant_id and a client id (login)."
+        )
+    if secret and len(secret) < MIN_SECRET_LENGTH:  # not a secret Azure issues, and too short to be masked
+        raise AzureMLConfigError(
+            f"Connection {conn.conn_id!r}: the client secret (password) is shorter than {MIN_SECRET_LENGTH} "
+            "characters. Azure's client secrets are tens of characters, and a value this short would not be "
+            "masked in logs: copy the secret's value, not its id."
         )
     if secret:
         mask(secret)

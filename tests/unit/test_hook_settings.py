@@ -114,9 +114,9 @@ def test_scrub_removes_tokens_and_secret_pairs() -> None:
 def test_emulator_connection_json_is_a_valid_airflow_connection() -> None:
     from airflow.sdk import Connection
 
-    info = {"conn_type": "azure_ml", "login": "id", "password": "pw", "extra": {**BASE, "tenant_id": "t"}}
+    info = {"conn_type": "azure_ml", "login": "id", "password": "pw-long-enough", "extra": {**BASE, "tenant_id": "t"}}
     c = Connection.from_json(json.dumps(info), conn_id="x")
-    assert parse_connection(c).client_secret == "pw"
+    assert parse_connection(c).client_secret == "pw-long-enough"
 
 
 def test_the_hook_modules_import_in_one_direction() -> None:
@@ -216,3 +216,9 @@ def test_a_failed_connection_test_does_not_name_the_temporary_id(monkeypatch: py
     ok, message = AzureMLHook(azure_ml_conn_id=temporary).test_connection()
     assert not ok and temporary not in message
     assert message.startswith("AzureMLConfigError: The connection is missing required field(s)"), message
+
+
+def test_a_client_secret_too_short_to_be_masked_is_refused_without_showing_it() -> None:
+    with pytest.raises(AzureMLConfigError, match="shorter than 5 characters") as excinfo:
+        parse_connection(conn({**BASE, "tenant_id": "t"}, login="app", password="Ab1d"))
+    assert "Ab1d" not in str(excinfo.value)
