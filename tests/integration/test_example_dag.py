@@ -136,18 +136,19 @@ def test_two_overlapping_runs_both_succeed(example_env: Emulator, tmp_path: Path
     env = {k: v for k, v in os.environ.items() if k != "AZUREML_CURRENT_CLOUD"}
     started: list[subprocess.Popen[str]] = []
 
+    # run B's output goes to a file: a pipe nobody reads until run A ends fills up and stops B mid-run
+    output_b = tmp_path / "run_b.log"
+
     def start_run_b(_emulator: Emulator, _job: str) -> None:  # once run A's first job runs on the cluster
-        started.append(
-            subprocess.Popen(
-                [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
+        with output_b.open("w") as sink:
+            started.append(subprocess.Popen([sys.executable, "-c", script], env=env, stdout=sink, stderr=sink))
 
     try:
         with when_running(emulator, start_run_b):
             run_a = load_dag("low_priority_batch_scoring.py").test(logical_date=INTERVAL)
         assert started, "run B never started"
-        out, _ = started[0].communicate(timeout=600)
+        started[0].wait(timeout=600)
+        out = output_b.read_text(errors="replace")
     finally:
         for process in started:
             process.kill()
