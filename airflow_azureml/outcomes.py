@@ -109,9 +109,12 @@ class JobSnapshot:
         props = arm_job.get("properties") or {}
         compute_id = props.get("computeId") or ""
         run_props = props.get("properties") or {}
-        details = run_details or {}
-        error = ((details.get("error") or {}).get("error") or {}).get("message")
-        warnings = tuple(w.get("message", "") for w in details.get("warnings") or () if w.get("message"))
+        # run history's details are best effort (a completed job's are only for the bill): a body of another
+        # shape than documented gives no details rather than failing the wait
+        details = run_details if isinstance(run_details, dict) else {}
+        error = _message(_message_holder(details.get("error")))
+        found = details.get("warnings")
+        warnings = tuple(m for m in (_message(w) for w in (found if isinstance(found, list) else ())) if m)
         return cls(
             name=arm_job.get("name", ""),
             status=props.get("status") or "Unknown",
@@ -128,6 +131,17 @@ class JobSnapshot:
             started_at=utc_epoch(details.get("startTimeUtc")),
             ended_at=utc_epoch(details.get("endTimeUtc")),
         )
+
+
+def _message_holder(error: Any) -> Any:
+    """Run history's ``error`` is ``{"error": {"message": ...}}``: the inner object, or None."""
+    return error.get("error") if isinstance(error, dict) else None
+
+
+def _message(item: Any) -> str | None:
+    """The ``message`` of an error or warning object; None for anything else."""
+    message = item.get("message") if isinstance(item, dict) else None
+    return message if isinstance(message, str) and message else None
 
 
 def node_count(value: Any) -> int | None:

@@ -34,6 +34,12 @@ USER_AGENT = "airflow-azureml/0.1"
 ASYNC_USER_AGENT = "airflow-azureml/0.1 (asyncio)"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TOKEN_SLACK = 300  # refresh tokens five minutes before they expire
+# Seconds an answer may take to arrive (azure-core's default is 300): a host that accepts the connection and
+# then says nothing must not hold a wait, or the triggerer's tick of every wait on the connection, for minutes.
+READ_TIMEOUT = 60.0
+# After a failed look-up of run history's host, completed jobs skip their details (only their bill's floor)
+# for this long rather than each paying the two ARM reads again; failed and cancelled jobs still look it up.
+HISTORY_RETRY = 300.0
 # The Activity Log's REST API (Activity Logs - List) and the operation a job cancel through ARM is logged as.
 ACTIVITY_LOG_API_VERSION = "2015-04-01"
 JOB_CANCEL_OPERATION = "microsoft.machinelearningservices/workspaces/jobs/cancel/action"
@@ -152,7 +158,7 @@ def details_unread(arm_job: dict[str, Any], exc: Exception) -> None:
     the verdict's evidence: raise."""
     if (arm_job.get("properties") or {}).get("status") != "Completed":
         raise exc
-    log.info(
+    log.warning(
         "Could not read run history's details of completed job %s (%s); its bill counts the cluster reads only.",
         arm_job.get("name"),
         scrub(str(exc), limit=300),
@@ -234,8 +240,18 @@ class _ClientBase:
         self._scope = settings.arm_scope
         self._token: Any = None
         self._history_base: str | None = None
+        self._history_failed_at: float | None = None  # monotonic time of the last failed look-up of run history
         self._rebuild = False  # the credential failed: build a new one before the next token
         self.credentials_built = 1
+
+    def details_wanted(self, arm_job: dict[str, Any]) -> bool:
+        """``needs_details``, except a completed job's while run history's host could not be found lately: its
+        details only refine the bill, and each look-up costs two ARM reads (workspace, discovery)."""
+        if not needs_details(arm_job):
+            return False
+        failed = self._history_failed_at
+        completed = (arm_job.get("properties") or {}).get("status") == "Completed"
+        return not (completed and failed is not None and time.monotonic() - failed < HISTORY_RETRY)
 
     def _token_stale(self) -> bool:
         return self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time()
@@ -281,7 +297,9 @@ class RestClient(_ClientBase):
         self._client = PipelineClient(
             base_url=settings.resource_manager_url,
             policies=[],
-            transport=RequestsTransport(connection_verify=settings.connection_verify, connection_timeout=30),
+            transport=RequestsTransport(
+                connection_verify=settings.connection_verify, connection_timeout=30, read_timeout=READ_TIMEOUT
+            ),
         )
 
     def _auth(self, *, renew: bool = False, claims: str | None = None) -> str:
@@ -344,9 +362,13 @@ class RestClient(_ClientBase):
 
     def history_base(self) -> str:
         if self._history_base is None:
-            workspace = self.request("GET", self.paths.url(""), what="GET workspace")
-            discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
-            discovery = self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
+            try:
+                workspace = self.request("GET", self.paths.url(""), what="GET workspace")
+                discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
+                discovery = self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
+            except Exception:
+                self._history_failed_at = time.monotonic()
+                raise
             self._history_base = _history_base(self.paths.settings, discovery)
         return self._history_base
 
@@ -362,7 +384,7 @@ class RestClient(_ClientBase):
         """
         arm = self.get_job(name)
         details = None
-        if needs_details(arm):
+        if self.details_wanted(arm):
             try:
                 details = self.get_run_details(name)
             except ResourceNotFound:
@@ -422,7 +444,9 @@ class AsyncRestClient(_ClientBase):
         self._client = AsyncPipelineClient(
             base_url=settings.resource_manager_url,
             policies=[],
-            transport=AioHttpTransport(connection_verify=settings.connection_verify, connection_timeout=30),
+            transport=AioHttpTransport(
+                connection_verify=settings.connection_verify, connection_timeout=30, read_timeout=READ_TIMEOUT
+            ),
         )
         self.list_pages = 0
 
@@ -475,9 +499,13 @@ class AsyncRestClient(_ClientBase):
 
     async def history_base(self) -> str:
         if self._history_base is None:
-            workspace = await self.request("GET", self.paths.url(""), what="GET workspace")
-            discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
-            discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
+            try:
+                workspace = await self.request("GET", self.paths.url(""), what="GET workspace")
+                discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
+                discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
+            except Exception:
+                self._history_failed_at = time.monotonic()
+                raise
             self._history_base = _history_base(self.paths.settings, discovery)
         return self._history_base
 
@@ -491,7 +519,7 @@ class AsyncRestClient(_ClientBase):
     async def complete_snapshot(self, arm: dict[str, Any]) -> JobSnapshot:
         """As ``RestClient.snapshot``: a run-history 404 leaves the details out, the job still exists."""
         details = None
-        if needs_details(arm):
+        if self.details_wanted(arm):
             try:
                 details = await self.get_run_details(arm["name"])
             except ResourceNotFound:

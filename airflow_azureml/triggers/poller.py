@@ -31,7 +31,6 @@ from airflow_azureml.hooks.rest import (
     ResourceNotFound,
     TokenUnavailable,
     TransientRestError,
-    needs_details,
 )
 from airflow_azureml.naming import UNIT_TAG
 from airflow_azureml.outcomes import JobSnapshot
@@ -301,7 +300,7 @@ class WorkspacePoller:
                 if arm is None:
                     self.stats.job_gets += 1
                     arm = await client.get_job(name)
-                if needs_details(arm):
+                if client.details_wanted(arm):
                     self.stats.detail_gets += 1
                 result[name] = await client.complete_snapshot(arm)
             except ResourceNotFound:

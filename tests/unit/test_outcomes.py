@@ -244,3 +244,21 @@ def test_the_waits_pass_the_clusters_node_count() -> None:
     assert not watch.gauge.lost_nodes_of(None)  # not yet known to be while it ran: the next poll says
     watch.observe(JobSnapshot(name="j", status="Running", compute="c"), now=3)
     assert watch.gauge.lost_nodes_of(None) and watch.gauge.lost_nodes_of(2)
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        {"error": {"error": "text"}, "startTimeUtc": "2026-12-07T00:00:00Z"},
+        {"error": "text", "warnings": ["text", {"message": 3}, None]},
+        {"warnings": {"message": "m"}},
+        [1],
+        "details",
+    ],
+)
+def test_run_details_of_another_shape_give_no_details_rather_than_an_error(details: object) -> None:
+    """Run history's details are best effort for a completed job (its bill): a body of another shape than
+    documented must not fail its wait."""
+    arm = {"name": "j", "properties": {"status": "Completed"}}
+    snapshot = JobSnapshot.from_rest(arm, details)  # type: ignore[arg-type]
+    assert snapshot.status == "Completed" and snapshot.error_message is None and snapshot.warnings == ()

@@ -103,6 +103,11 @@ class FakeClient:
                 return job
         raise ResourceNotFound(name)
 
+    def details_wanted(self, arm: dict) -> bool:
+        from airflow_azureml.hooks.rest import needs_details
+
+        return needs_details(arm)
+
     async def complete_snapshot(self, arm: dict):
         from airflow_azureml.outcomes import JobSnapshot
 
@@ -244,6 +249,12 @@ class _EdgeClient:
         self.empty_pages = empty_pages
         self.history = history
         self.pages_read = 0
+        self._history_failed_at = None
+
+    def details_wanted(self, arm: dict) -> bool:
+        from airflow_azureml.hooks.rest import AsyncRestClient
+
+        return AsyncRestClient.details_wanted(self, arm)  # type: ignore[arg-type]
 
     async def list_job_pages(self, query: dict):  # type: ignore[no-untyped-def]
         for _ in range(self.empty_pages):
