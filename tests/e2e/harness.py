@@ -96,7 +96,11 @@ class Postgres:
         for folder in Path(tempfile.gettempdir()).glob(cls.PREFIX + "*"):
             lock_path = folder / "lock"
             if not lock_path.is_file():
-                continue  # not one of ours, or a run still between mkdtemp and its lock: leave it
+                # a run between mkdtemp and its lock's rename (microseconds), or one killed there: only the latter
+                # is left minutes later, and nobody holds its lock.new
+                if cls._abandoned_before_its_lock(folder):
+                    shutil.rmtree(folder, ignore_errors=True)
+                continue
             try:
                 with open(lock_path) as lock:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a live run holds it
@@ -107,6 +111,19 @@ class Postgres:
                     shutil.rmtree(folder, ignore_errors=True)
             except (OSError, ValueError, IndexError):
                 continue
+
+    @staticmethod
+    def _abandoned_before_its_lock(folder: Path, age: float = 600.0) -> bool:
+        try:
+            if not folder.is_dir() or time.time() - folder.stat().st_mtime < age:
+                return False
+            new = folder / "lock.new"
+            if new.is_file():
+                with open(new) as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a live run holds it
+            return True
+        except OSError:
+            return False
 
     def _run(self, *cmd: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self.as_root else []

@@ -44,3 +44,27 @@ def test_a_clean_up_between_the_lock_files_creation_and_its_flock_leaves_the_fol
         if postgres.holder is not None:
             postgres._lock.close()
             shutil.rmtree(postgres.holder, ignore_errors=True)
+
+
+def test_a_holder_abandoned_before_its_lock_is_removed_once_old_and_unheld(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed between mkdtemp and its lock's rename left a folder that no lock ever guarded."""
+    monkeypatch.setattr(harness.tempfile, "tempdir", str(tmp_path))
+    prefix = harness.Postgres.PREFIX
+    old_empty, old_unheld, old_held, young = (tmp_path / f"{prefix}{n}" for n in ("a", "b", "c", "d"))
+    for folder in (old_empty, old_unheld, old_held, young):
+        folder.mkdir()
+    (old_unheld / "lock.new").write_text("")
+    (old_held / "lock.new").write_text("")
+    held = open(old_held / "lock.new")  # noqa: SIM115 - a live run's lock, held during the clean-up
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    hour_ago = os.stat(tmp_path).st_mtime - 3600
+    for folder in (old_empty, old_unheld, old_held):
+        os.utime(folder, (hour_ago, hour_ago))
+    try:
+        harness.Postgres.remove_stale()
+    finally:
+        held.close()
+    assert not old_empty.exists() and not old_unheld.exists()
+    assert old_held.is_dir() and young.is_dir()
