@@ -472,7 +472,7 @@ class AzureMLHook(BaseHook):
         document = self._batch_deployment(endpoint, deployment)
         if not document:
             return None, None
-        from airflow_azureml.specs import short_name
+        from airflow_azureml.asset_refs import short_name
 
         props = document.get("properties") or {}
         compute = short_name(props.get("compute")) or None  # an ARM id, or azureml:<name>

@@ -113,13 +113,13 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         MLflow minimum applies to their requests, else to the instance type's (docs/instance_types.md).
         Uses ``instance_types`` when given (no API call), else one read of the compute; always before any write.
         """
+        from airflow_azureml.asset_refs import short_name
         from airflow_azureml.instance_types import (
             check_mlflow_minimum,
             check_resources_fit,
             load_instance_types,
             resolve_instance_type,
         )
-        from airflow_azureml.specs import short_name
 
         if self.instance_types is not None:
             types = load_instance_types(self.instance_types)
@@ -208,7 +208,7 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
                 default_set,
             )
             changed = True
-        from airflow_azureml.specs import short_name
+        from airflow_azureml.asset_refs import short_name
 
         return {
             "endpoint_name": spec.endpoint_name,
@@ -243,7 +243,7 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
         Only an MLflow model runs without a scoring script, so a model that cannot be read is taken for
         one: the minimum is then checked rather than skipped (the service refuses the rest itself).
         """
-        from airflow_azureml.specs import model_ref
+        from airflow_azureml.asset_refs import model_ref
 
         name, version = model_ref(spec.model)
         if not name:
@@ -258,7 +258,7 @@ class AzureMLCreateBatchDeploymentOperator(AzureMLBaseOperator):
 
     def _latest_model_version(self, ml: Any, spec: DeploymentSpec) -> str | None:
         """Today's version behind ``@latest``, so that registering a new one updates the deployment."""
-        from airflow_azureml.specs import model_ref
+        from airflow_azureml.asset_refs import model_ref
 
         name, version = model_ref(spec.model)
         if version is not None or not name:

@@ -69,9 +69,10 @@ class AzureMLSyncCapacityPoolOperator(AzureMLBaseOperator):
 
         ``max_instances`` is 0 when ``compute`` is a bare name: the live cluster is read for it.
         """
+        from airflow_azureml.asset_refs import short_name
         from airflow_azureml.capacity import rendered_number
         from airflow_azureml.exceptions import AzureMLConfigError
-        from airflow_azureml.specs import ClusterSpec, DeploymentSpec, check_compute_name, short_name
+        from airflow_azureml.specs import ClusterSpec, DeploymentSpec, check_compute_name
 
         if isinstance(self.compute, str) and not self.compute.lower().endswith((".yml", ".yaml")):
             cluster, max_instances = check_compute_name(short_name(self.compute)), 0

@@ -224,7 +224,7 @@ def limits(op: AzureMLJobOperatorBase) -> Limits:
 
 def check_dedicated(hook: AzureMLHook, compute: str | None, what: str) -> None:
     """A fallback must run on a dedicated cluster that exists (one read): spot falling back to spot is no fallback."""
-    from airflow_azureml.specs import short_name
+    from airflow_azureml.asset_refs import short_name
 
     name = short_name(compute or "")
     facts = hook.compute_facts(name) if name else None

@@ -73,8 +73,9 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
 
     def validate(self) -> None:
         # The rules are imported when a task runs, not when the DAG is parsed.
+        from airflow_azureml.asset_refs import short_name
         from airflow_azureml.instance_types import load_instance_types
-        from airflow_azureml.specs import check_compute_name, check_data_uri, check_positive_int, short_name
+        from airflow_azureml.specs import check_compute_name, check_data_uri, check_positive_int
 
         super().validate()
         if not isinstance(self.command, str) or not self.command.strip():
@@ -100,7 +101,8 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         return chosen
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_azureml.specs import check_instance_type_target, short_name
+        from airflow_azureml.asset_refs import short_name
+        from airflow_azureml.specs import check_instance_type_target
 
         self.validate()
         if self.instance_types is None and (self.instance_type or self.resource_requests):
@@ -124,7 +126,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         self._check_dedicated(self.fallback_compute, f"fallback_compute {self.fallback_compute!r}")
 
     def spot_target(self) -> str | None:
-        from airflow_azureml.specs import short_name
+        from airflow_azureml.asset_refs import short_name
 
         return short_name(self.compute)
 
@@ -132,7 +134,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
         from azure.ai.ml import Input, command
         from azure.ai.ml.entities import JobResourceConfiguration
 
-        from airflow_azureml.specs import short_name
+        from airflow_azureml.asset_refs import short_name
 
         resources = None
         if self.instance_type or self.instance_count or self.resource_requests:
@@ -162,7 +164,7 @@ class AzureMLSubmitCommandJobOperator(AzureMLJobOperatorBase):
 
     def work_identity(self) -> dict[str, Any]:
         """The work itself: what runs, in which environment and where, on which inputs."""
-        from airflow_azureml.specs import short_name
+        from airflow_azureml.asset_refs import short_name
 
         return {
             "command": self.command,

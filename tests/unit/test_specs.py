@@ -461,7 +461,7 @@ def _fingerprints(path: Path) -> dict[str, str]:
 
 
 def test_fingerprints_are_stable_and_independent_of_where_the_folder_is(tmp_path: Path, monkeypatch) -> None:
-    from airflow_azureml.specs import CODE_TAG, ENVIRONMENT_TAG
+    from airflow_azureml.asset_refs import CODE_TAG, ENVIRONMENT_TAG
 
     first = _fingerprints(_project(tmp_path / "a"))
     assert set(first) == {CODE_TAG, ENVIRONMENT_TAG}
@@ -485,7 +485,7 @@ def test_fingerprints_are_stable_and_independent_of_where_the_folder_is(tmp_path
     ids=["file-bytes", "one-byte-of-the-script", "new-file", "renamed-file"],
 )
 def test_any_byte_of_the_code_folder_changes_the_code_fingerprint(tmp_path: Path, edit) -> None:
-    from airflow_azureml.specs import CODE_TAG, ENVIRONMENT_TAG
+    from airflow_azureml.asset_refs import CODE_TAG, ENVIRONMENT_TAG
 
     before = _fingerprints(_project(tmp_path))
     edit(tmp_path)
@@ -495,7 +495,7 @@ def test_any_byte_of_the_code_folder_changes_the_code_fingerprint(tmp_path: Path
 
 
 def test_scoring_script_is_part_of_the_code_fingerprint(tmp_path: Path) -> None:
-    from airflow_azureml.specs import CODE_TAG
+    from airflow_azureml.asset_refs import CODE_TAG
 
     a = _fingerprints(_project(tmp_path / "a"))
     b_path = _project(tmp_path / "b", script="lib/features.py")
@@ -503,7 +503,7 @@ def test_scoring_script_is_part_of_the_code_fingerprint(tmp_path: Path) -> None:
 
 
 def test_files_the_sdk_does_not_upload_do_not_count(tmp_path: Path) -> None:
-    from airflow_azureml.specs import CODE_TAG
+    from airflow_azureml.asset_refs import CODE_TAG
 
     path = _project(tmp_path)
     (tmp_path / "code" / ".amlignore").write_text("*.log\n__pycache__/\n")
@@ -527,7 +527,7 @@ def test_files_the_sdk_does_not_upload_do_not_count(tmp_path: Path) -> None:
     ids=["conda-content", "image"],
 )
 def test_conda_content_and_image_change_the_environment_fingerprint(tmp_path: Path, edit) -> None:
-    from airflow_azureml.specs import CODE_TAG, ENVIRONMENT_TAG
+    from airflow_azureml.asset_refs import CODE_TAG, ENVIRONMENT_TAG
 
     before = _fingerprints(_project(tmp_path))
     edit(tmp_path)
@@ -537,7 +537,7 @@ def test_conda_content_and_image_change_the_environment_fingerprint(tmp_path: Pa
 
 
 def test_conda_file_is_hashed_by_content_not_by_path(tmp_path: Path) -> None:
-    from airflow_azureml.specs import ENVIRONMENT_TAG
+    from airflow_azureml.asset_refs import ENVIRONMENT_TAG
 
     path = _project(tmp_path)
     before = _fingerprints(path)[ENVIRONMENT_TAG]
@@ -550,7 +550,7 @@ def test_conda_file_is_hashed_by_content_not_by_path(tmp_path: Path) -> None:
 def test_an_environment_entity_hashes_like_the_same_yaml(tmp_path: Path) -> None:
     from azure.ai.ml.entities import Environment
 
-    from airflow_azureml.specs import ENVIRONMENT_TAG, environment_fingerprint
+    from airflow_azureml.asset_refs import ENVIRONMENT_TAG, environment_fingerprint
 
     path = _project(tmp_path)
     entity = Environment(image=IMAGE, conda_file=str(tmp_path / "conda.yml"))
