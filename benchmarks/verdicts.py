@@ -80,7 +80,7 @@ class Timeline:
     lost_at: float | None  # every node of the cluster preempted (a preemption), or B's nodes (A-while-B)
     lost_nodes: int  # how many nodes the loss took
     replaced_after: float  # the lost nodes stop counting as preempted this long after the loss
-    cancel_requested_at: float | None  # a person's cancel: CancelRequested until ``end``
+    cancel_requested_at: float | None  # CancelRequested from then until ``end`` (a person's or Azure's cancel)
     skew: float  # run history's clock minus ours
     logged_after: float | None = None  # a logged cancel shows in the Activity Log this long after it was sent
 
@@ -142,7 +142,8 @@ def draw(rng: random.Random, kind: str) -> Timeline:
             lost_at=lost,
             lost_nodes=nodes,
             replaced_after=replaced,
-            cancel_requested_at=None,
+            # Azure's own cancel shows CancelRequested too (as the emulator's does), from some time after the loss
+            cancel_requested_at=lost + rng.uniform(0, delay),
         )
     cancel = start + rng.uniform(0, length)
     landed = cancel + rng.uniform(0, 60)  # CancelRequested until then: Azure documents no bound
@@ -275,7 +276,6 @@ def sweep(runs: int, seed: int, cadence: bool) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for label, base in SETTINGS.items():
         policy = base if cadence else replace(base, evidence_interval=1e9)  # baseline: reads only at polls
-        rng = random.Random(f"{seed}-{label}")
         rows: dict[str, dict[str, int]] = {kind: {"n": 0, "fail": 0, "resubmit": 0, "hang": 0} for kind in KINDS}
         delays: list[float] = []
         corners: dict[str, int] = {}
@@ -283,8 +283,10 @@ def sweep(runs: int, seed: int, cadence: bool) -> dict[str, Any]:
         waited: list[int] = []
         for i in range(runs):
             kind = KINDS[i % len(KINDS)]
-            timeline = draw(rng, kind)
-            result = wait(timeline, policy, rng)
+            # common random numbers: timeline i is the same at every poll setting, and a change to how one kind
+            # is drawn leaves the other kinds' timelines as they were
+            timeline = draw(random.Random(f"{seed}-{i}"), kind)
+            result = wait(timeline, policy, random.Random(f"{seed}-{label}-{i}"))
             row = rows[kind]
             row["n"] += 1
             if result.seen_ended is None:
@@ -313,11 +315,36 @@ def sweep(runs: int, seed: int, cadence: bool) -> dict[str, Any]:
     return table
 
 
+def unlogged_rate(runs: int, seed: int, label: str) -> tuple[int, int]:
+    """Unlogged persons' cancels resubmitted under the default ``"fail"``, from ``runs`` timelines of that kind
+    alone: the matrix's quarter share (4,000) leaves the rate a sampling error of about 0.15 point, as large as
+    its distance from the 1 % target."""
+    policy = SETTINGS[label]
+    hits = 0
+    for i in range(runs):
+        timeline = draw(random.Random(f"{seed}-unlogged-{i}"), "person (unlogged)")
+        result = wait(timeline, policy, random.Random(f"{seed}-unlogged-{label}-{i}"))
+        hits += result.seen_ended is not None and resubmitted(result, "fail")
+    return hits, runs
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson interval of a share, in percent."""
+    if n == 0:
+        return 0.0, 100.0
+    share = hits / n
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((share * (1 - share) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return 100 * max(0.0, centre - half), 100 * min(1.0, centre + half)
+
+
 def pct(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole else 0.0
 
 
-def report(table: dict[str, Any], title: str, targets: bool) -> list[str]:
+def report(
+    table: dict[str, Any], title: str, targets: bool, unlogged: dict[str, tuple[int, int]] | None = None
+) -> list[str]:
     print(f"\n## {title}")
     print(f"{'poll':<18}{'kind':<36}{'n':>6}{'resubmitted, fail':>20}{'resubmitted, resubmit':>24}{'hangs':>7}")
     misses: list[str] = []
@@ -331,13 +358,17 @@ def report(table: dict[str, Any], title: str, targets: bool) -> list[str]:
             continue
         bound = 97.0 if label == "120 s" else 99.0
         recall = pct(data["rows"]["preemption"]["fail"], data["rows"]["preemption"]["n"])
+        row = data["rows"]["person (unlogged)"]
+        hits, n = unlogged[label] if unlogged else (row["fail"], row["n"])
+        low, high = wilson(hits, n)
+        print(
+            f"{'':<18}unlogged persons' cancels resubmitted, {n} timelines of that kind alone: "
+            f"{pct(hits, n):.2f} % (95 % interval {low:.2f}-{high:.2f} %)"
+        )
         checks = [
             (f"preemptions resubmitted >= {bound:.0f} %", recall >= bound),
             ("0 logged persons' cancels resubmitted", data["rows"]["person (logged)"]["fail"] == 0),
-            (
-                "<= 1 % of unlogged persons' cancels resubmitted",
-                pct(data["rows"]["person (unlogged)"]["fail"], data["rows"]["person (unlogged)"]["n"]) <= 1.0,
-            ),
+            ("<= 1 % of unlogged persons' cancels resubmitted (the 95 % interval's top)", high <= 1.0),
             ("0 hangs", all(r["hang"] == 0 for r in data["rows"].values())),
         ]
         delays = sorted(data["delays"])
@@ -363,13 +394,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=16000, help="timelines per poll setting (a quarter per kind)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--unlogged-runs",
+        type=int,
+        default=40000,
+        help="unlogged persons' cancels per poll setting for that target's rate (0: the matrix's own quarter)",
+    )
     args = parser.parse_args(argv)
     print(f"verdicts: {args.runs} timelines per poll setting, seed {args.seed}")
     print("columns: the share of each kind resubmitted under on_ambiguous_cancel='fail' (the default) and 'resubmit'")
     baseline = sweep(args.runs, args.seed, cadence=False)
     report(baseline, "baseline: the cluster read only at polls (no evidence cadence)", targets=False)
     table = sweep(args.runs, args.seed, cadence=True)
-    misses = report(table, f"the provider: reads every {DEFAULT_BACKOFF.evidence_interval:.0f} s between polls", True)
+    unlogged = {label: unlogged_rate(args.unlogged_runs, args.seed, label) for label in SETTINGS}
+    title = f"the provider: reads every {DEFAULT_BACKOFF.evidence_interval:.0f} s between polls"
+    misses = report(table, title, True, unlogged if args.unlogged_runs > 0 else None)
     base_recall = {k: pct(v["rows"]["preemption"]["fail"], v["rows"]["preemption"]["n"]) for k, v in baseline.items()}
     new_recall = {k: pct(v["rows"]["preemption"]["fail"], v["rows"]["preemption"]["n"]) for k, v in table.items()}
     print("\n## preemptions resubmitted, provider / baseline")

@@ -114,7 +114,8 @@ def test_the_model_reaches_the_operators_verdict(
         lost_at=lost["at"] - submit if kind == "preemption" else None,
         lost_nodes=2,
         replaced_after=behaviour.get("preempted_node_release_seconds", 0.0),
-        cancel_requested_at=None if kind == "preemption" else lost["at"] - submit,
+        # the emulator's cancel for lost capacity goes through CancelRequested after its delay, as the model's does
+        cancel_requested_at=lost["at"] - submit + behaviour.get("capacity_cancel_after_seconds", 0.0),
         skew=0.0,
     )
     model = wait(timeline, PollingPolicy(**polling), random.Random(1))
