@@ -286,6 +286,7 @@ def sweep(runs: int, seed: int, cadence: bool) -> dict[str, Any]:
             # common random numbers: timeline i is the same at every poll setting, and a change to how one kind
             # is drawn leaves the other kinds' timelines as they were
             timeline = draw(random.Random(f"{seed}-{i}"), kind)
+            random.seed(f"{seed}-{label}-{i}-jitter")  # the back-off's jitter (PollingPolicy.delay) draws from here
             result = wait(timeline, policy, random.Random(f"{seed}-{label}-{i}"))
             row = rows[kind]
             row["n"] += 1
@@ -323,6 +324,7 @@ def unlogged_rate(runs: int, seed: int, label: str) -> tuple[int, int]:
     hits = 0
     for i in range(runs):
         timeline = draw(random.Random(f"{seed}-unlogged-{i}"), "person (unlogged)")
+        random.seed(f"{seed}-unlogged-{label}-{i}-jitter")
         result = wait(timeline, policy, random.Random(f"{seed}-unlogged-{label}-{i}"))
         hits += result.seen_ended is not None and resubmitted(result, "fail")
     return hits, runs
