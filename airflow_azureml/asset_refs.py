@@ -96,6 +96,7 @@ def code_ref(value: Any) -> Any:
 
 
 def inline_model_ref(value: Any) -> Any:
+    """A deployment YAML's model as a reference: an inline definition by its name (``@latest``), else as given."""
     if isinstance(value, dict):  # inline model definition in YAML: keep its name
         return f"azureml:{value.get('name')}@latest" if value.get("name") else None
     return value
@@ -110,6 +111,7 @@ _IGNORE_FILES = (".amlignore", ".gitignore")  # the SDK's choice: the first foun
 
 
 def scoring_script_of(code_configuration: Any) -> Any:
+    """The scoring script of a code configuration, given as a YAML mapping or an SDK entity."""
     if isinstance(code_configuration, Mapping):
         return code_configuration.get("scoring_script")
     return getattr(code_configuration, "scoring_script", None)

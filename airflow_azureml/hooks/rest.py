@@ -152,11 +152,16 @@ def needs_details(arm_job: dict[str, Any]) -> bool:
     return (arm_job.get("properties") or {}).get("status") in TERMINAL_STATES
 
 
+def _completed(arm_job: dict[str, Any]) -> bool:
+    """A completed job, whose run-history details only refine its bill (never its verdict)."""
+    return (arm_job.get("properties") or {}).get("status") == "Completed"
+
+
 def details_unread(arm_job: dict[str, Any], exc: Exception) -> None:
     """Run history's details could not be read. For a completed job they only refine its bill: log it and go
     on without them (its node time is then the cluster reads'). For a failed or cancelled job they may hold
     the verdict's evidence: raise."""
-    if (arm_job.get("properties") or {}).get("status") != "Completed":
+    if not _completed(arm_job):
         raise exc
     log.warning(
         "Could not read run history's details of completed job %s (%s); its bill counts the cluster reads only.",
@@ -250,8 +255,7 @@ class _ClientBase:
         if not needs_details(arm_job):
             return False
         failed = self._history_failed_at
-        completed = (arm_job.get("properties") or {}).get("status") == "Completed"
-        return not (completed and failed is not None and time.monotonic() - failed < HISTORY_RETRY)
+        return not (_completed(arm_job) and failed is not None and time.monotonic() - failed < HISTORY_RETRY)
 
     def _token_stale(self) -> bool:
         return self._token is None or self._token.expires_on - _TOKEN_SLACK < time.time()
