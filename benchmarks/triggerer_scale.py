@@ -15,6 +15,10 @@ by GET).
 
     python benchmarks/triggerer_scale.py [--sizes 100 500 1000 2000] [--baseline-sizes 100 500]
     python benchmarks/triggerer_scale.py --sizes --baseline-sizes --history 20000 [--history-waits 20 180]
+    python benchmarks/triggerer_scale.py --sizes --baseline-sizes --same-tick 64 [--details-latency 0.5]
+
+The same-tick case ends that many jobs together while run history answers each details GET late, and prints
+how late the waits see the ends with the tick's reads one at a time and ``CONCURRENT_READS`` at a time.
 """
 
 from __future__ import annotations
@@ -132,6 +136,19 @@ async def wait_with_triggers(names: list[str]) -> dict[str, float]:
 
     await asyncio.gather(*(one(n) for n in names))
     return observed
+
+
+async def wait_then_close(names: list[str]) -> tuple[dict[str, float], Any]:
+    """``wait_with_triggers``, then let the shared poller close its client before the loop ends; with its stats."""
+    from airflow_azureml.triggers.poller import WorkspacePoller
+
+    waits = asyncio.ensure_future(wait_with_triggers(names))
+    await asyncio.sleep(0)
+    poller = WorkspacePoller.for_connection("azure_ml_default")
+    observed = await waits
+    if poller._task is not None:
+        await poller._task
+    return observed, poller.stats
 
 
 async def wait_with_threads(names: list[str], ml_client: Any) -> dict[str, float]:
@@ -270,19 +287,8 @@ def run_history_case(old: int, history: int, new: int) -> None:
         names = json.loads(waited_file.read_text())
         since = time.time()
 
-        async def wait_all() -> Any:
-            from airflow_azureml.triggers.poller import WorkspacePoller
-
-            waits = asyncio.ensure_future(wait_with_triggers(names))
-            await asyncio.sleep(0)
-            poller = WorkspacePoller.for_connection("azure_ml_default")
-            await waits
-            if poller._task is not None:
-                await poller._task  # let it close its client before the loop ends
-            return poller.stats
-
         started = time.monotonic()
-        stats = asyncio.run(wait_all())
+        _, stats = asyncio.run(wait_then_close(names))
         wall = time.monotonic() - started
         log = emulator.control("GET", "/_emulator/requests", params={"since": since, "last": 10_000_000})
     finally:
@@ -307,6 +313,46 @@ def run_history_case(old: int, history: int, new: int) -> None:
     )
 
 
+SAME_TICK_SECONDS = 6.0  # how long the jobs of the same-tick case run (all of them: they end together)
+
+
+def run_same_tick_case(n: int, latency: float) -> None:
+    """``n`` waits whose jobs end on the same tick, with run history answering each details GET ``latency`` s
+    late: how late the waits see the ends when the tick reads one job at a time (``CONCURRENT_READS = 1``, the
+    poller before 2026-12-07) and when it reads ``CONCURRENT_READS`` at a time, in the same run."""
+    import logging
+
+    from airflow_azureml.triggers import poller as poller_module
+
+    logging.getLogger("azure").setLevel(logging.WARNING)
+    concurrent = poller_module.CONCURRENT_READS
+    emulator = EmulatorProcess()
+    os.environ["AIRFLOW_CONN_AZURE_ML_DEFAULT"] = emulator.info["airflow_conn_json"]
+    rows: list[tuple[str, float, float, float]] = []
+    try:
+        fault = {"kind": "latency", "seconds": latency, "path": r"/runs/[^/]+/details$", "count": None}
+        emulator.control("POST", "/_emulator/faults", json=fault)
+        for label, reads in (("one read at a time", 1), (f"{concurrent} reads at a time", concurrent)):
+            poller_module.CONCURRENT_READS = reads
+            prefix = f"same-tick-{reads}-{int(time.time())}"
+            body = {"prefix": prefix, "durations": [SAME_TICK_SECONDS] * n, "properties": {UNIT_TAG: prefix}}
+            names = emulator.control("POST", "/_emulator/synthetic-jobs", json=body)["jobs"]
+            started = time.monotonic()
+            observed, _ = asyncio.run(wait_then_close(names))
+            wall = time.monotonic() - started
+            jobs = {j["name"]: j for j in emulator.control("GET", "/_emulator/jobs") if j["name"].startswith(prefix)}
+            delays = [observed[name] - jobs[name]["ended"] for name in names]
+            rows.append((label, statistics.median(delays), max(delays), wall))
+    finally:
+        poller_module.CONCURRENT_READS = concurrent
+        emulator.stop()
+    print(f"\nsame-tick case: {n} jobs end together, run history answers each details GET {latency:.1f}s late")
+    print(f"  {'tick reads':<22}{'seen p50 s':>12}{'seen max s':>12}{'wall s':>9}")
+    for label, p50, worst, wall in rows:
+        print(f"  {label:<22}{p50:>12.2f}{worst:>12.2f}{wall:>9.1f}")
+    print(f"  last end seen {rows[0][2] / max(0.01, rows[1][2]):.1f}x sooner with {concurrent} reads at a time")
+
+
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.airflow_home import use_a_scratch_airflow_home
@@ -321,9 +367,13 @@ def main() -> None:
     parser.add_argument("--baseline-sizes", type=int, nargs="*", default=[100, 500])
     parser.add_argument("--history", type=int, default=0, help="finished provider jobs in the history case (0: skip)")
     parser.add_argument("--history-waits", type=int, nargs=2, default=[20, 180], metavar=("OLDER", "NEWER"))
+    parser.add_argument("--same-tick", type=int, default=0, help="waits in the same-tick case (0: skip)")
+    parser.add_argument("--details-latency", type=float, default=0.5, help="run history's delay in the same-tick case")
     args = parser.parse_args()
     if args.history:
         run_history_case(args.history_waits[0], args.history, args.history_waits[1])
+    if args.same_tick:
+        run_same_tick_case(args.same_tick, args.details_latency)
     if not args.sizes:
         return
     emulator = EmulatorProcess()

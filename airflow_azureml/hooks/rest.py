@@ -7,6 +7,7 @@ done by azure-core here: the caller's ``PollingPolicy`` decides (one back-off po
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -247,6 +248,7 @@ class _ClientBase:
         self._history_base: str | None = None
         self._history_failed_at: float | None = None  # monotonic time of the last failed look-up of run history
         self._rebuild = False  # the credential failed: build a new one before the next token
+        self._token_failed_at: float | None = None  # monotonic time of the last failed token
         self.credentials_built = 1
 
     def details_wanted(self, arm_job: dict[str, Any]) -> bool:
@@ -263,6 +265,7 @@ class _ClientBase:
     def _token_failed(self, exc: Exception) -> TokenUnavailable:
         self._rebuild = True
         self._token = None
+        self._token_failed_at = time.monotonic()
         return TokenUnavailable(f"could not get a token: {type(exc).__name__}: {scrub(str(exc))[:300]}")
 
     def own_identity(self) -> set[str]:
@@ -453,11 +456,28 @@ class AsyncRestClient(_ClientBase):
             ),
         )
         self.list_pages = 0
+        # A poller reads several jobs at once: one token refresh and one run-history look-up serve them all.
+        self._auth_lock = asyncio.Lock()
+        self._history_lock = asyncio.Lock()
 
     async def _auth(self, *, renew: bool = False, claims: str | None = None) -> str:
-        """As ``RestClient._auth``, on asyncio (the factory reads the connection with ``aget_connection``)."""
+        """As ``RestClient._auth``, on asyncio (the factory reads the connection with ``aget_connection``).
+
+        Concurrent reads refresh the token once: a read that waited while another refreshed it takes that
+        token, and one that waited while the refresh failed fails at once rather than asking again.
+        """
         if not (renew or self._rebuild or self._token_stale()):
             return str(self._token.token)
+        asked = time.monotonic()
+        async with self._auth_lock:
+            failed = self._token_failed_at
+            if failed is not None and failed >= asked:
+                raise TokenUnavailable("could not get a token (a concurrent read's attempt just failed)")
+            if not (renew or self._rebuild or self._token_stale()):
+                return str(self._token.token)
+            return await self._refresh_token(renew, claims)
+
+    async def _refresh_token(self, renew: bool, claims: str | None) -> str:
         try:
             if (self._rebuild or (renew and not claims)) and self._factory is not None:
                 old, self._credential = self._credential, await self._factory()
@@ -502,16 +522,24 @@ class AsyncRestClient(_ClientBase):
             return None
 
     async def history_base(self) -> str:
-        if self._history_base is None:
-            try:
-                workspace = await self.request("GET", self.paths.url(""), what="GET workspace")
-                discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
-                discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
-            except Exception:
-                self._history_failed_at = time.monotonic()
-                raise
-            self._history_base = _history_base(self.paths.settings, discovery)
-        return self._history_base
+        """As ``RestClient.history_base``; concurrent reads look it up once (a failed look-up fails them all)."""
+        if self._history_base is not None:
+            return self._history_base
+        asked = time.monotonic()
+        async with self._history_lock:
+            failed = self._history_failed_at
+            if failed is not None and failed >= asked:
+                raise TransientRestError("run history's host: a concurrent look-up just failed")
+            if self._history_base is None:
+                try:
+                    workspace = await self.request("GET", self.paths.url(""), what="GET workspace")
+                    discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
+                    discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
+                except Exception:
+                    self._history_failed_at = time.monotonic()
+                    raise
+                self._history_base = _history_base(self.paths.settings, discovery)
+            return self._history_base
 
     async def get_run_details(self, name: str) -> dict[str, Any]:
         url = self.paths.run_details(await self.history_base(), name)

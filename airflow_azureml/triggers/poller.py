@@ -5,8 +5,8 @@ Azure Resource Manager throttles reads per subscription (12,000/hour under the l
 connection in one triggerer share one paged LIST per interval of the provider's own jobs (those
 with the ``naming.UNIT_TAG`` property), newest first, stopping once every waited job was seen and
 after at most ``ceil(waits / page size) + 1`` pages; a job missing from those pages costs a GET, and a job
-seen ended one GET of run history's details (its run times; a failed or cancelled job's error). So a tick
-costs what the waits need, not what the workspace holds.
+seen ended one GET of run history's details (its run times; a failed or cancelled job's error), read
+``CONCURRENT_READS`` at a time. So a tick costs what the waits need, not what the workspace holds.
 
 Failures are kept where they belong: a 400/403/malformed answer for one job ends that job's wait
 only; a token failure, a throttled or failed LIST, or a network error is transient for the waits
@@ -49,6 +49,9 @@ LIST_QUERY = {"listViewType": "ActiveOnly", "properties": UNIT_TAG}
 EVIDENCE_SLACK = 0.05
 # The page size the cap assumes (ARM's job LIST pages hold 100 jobs here and in the emulator).
 LIST_PAGE_SIZE = 100
+# Job and run-history reads in flight at once per poller: a tick where many jobs end (a mapped task's
+# partitions, a whole-cluster preemption) waits for the slowest few reads, not for their sum.
+CONCURRENT_READS = 8
 
 
 @dataclass
@@ -291,27 +294,37 @@ class WorkspacePoller:
         return found
 
     async def _poll(self, names: set[str], list_mode: bool) -> dict[str, _Result]:
+        """Each waited job's snapshot, read ``CONCURRENT_READS`` at a time: mapped tasks end on the same tick, and
+        each ended job costs a read of run history that should not queue behind the others'."""
         client = await self._get_client()
         found = await self._list(client, names) if list_mode else {}
-        result: dict[str, _Result] = {}
-        for name in sorted(names):
-            try:
-                arm = found.get(name)
-                if arm is None:
-                    self.stats.job_gets += 1
-                    arm = await client.get_job(name)
-                if client.details_wanted(arm):
-                    self.stats.detail_gets += 1
-                result[name] = await client.complete_snapshot(arm)
-            except ResourceNotFound:
-                result[name] = None
-            except TokenUnavailable:
-                raise  # no token for any job: the tick, not this job
-            except AzureMLError as exc:  # 400, 403, malformed body, throttled: this job only
-                result[name] = exc
-            except Exception as exc:  # a body of an unexpected shape (tags as a list...): this job only
-                result[name] = MalformedResponse(f"job {name}: unexpected response shape ({type(exc).__name__})")
-        return result
+        limit = asyncio.Semaphore(CONCURRENT_READS)
+
+        async def read(name: str) -> _Result | TokenUnavailable:
+            async with limit:
+                try:
+                    arm = found.get(name)
+                    if arm is None:
+                        self.stats.job_gets += 1
+                        arm = await client.get_job(name)
+                    if client.details_wanted(arm):
+                        self.stats.detail_gets += 1
+                    return await client.complete_snapshot(arm)
+                except ResourceNotFound:
+                    return None
+                except TokenUnavailable as exc:  # no token for any job: the tick fails, not this job
+                    return exc
+                except AzureMLError as exc:  # 400, 403, malformed body, throttled: this job only
+                    return exc
+                except Exception as exc:  # a body of an unexpected shape (tags as a list...): this job only
+                    return MalformedResponse(f"job {name}: unexpected response shape ({type(exc).__name__})")
+
+        ordered = sorted(names)
+        results = await asyncio.gather(*(read(name) for name in ordered))
+        for outcome in results:
+            if isinstance(outcome, TokenUnavailable):
+                raise outcome
+        return dict(zip(ordered, results, strict=True))
 
     def _deliver(self, due: list[_Wait], results: dict[str, _Result]) -> tuple[bool, float]:
         """Feed each wait its result; resolve the finished ones. Returns (anything changed, retry delay)."""
