@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import copy
 import json
 import logging
 import re
@@ -249,6 +250,7 @@ class _ClientBase:
         self._history_failed_at: float | None = None  # monotonic time of the last failed look-up of run history
         self._rebuild = False  # the credential failed: build a new one before the next token
         self._token_failed_at: float | None = None  # monotonic time of the last failed token
+        self._token_error: TokenUnavailable | None = None  # and its error
         self.credentials_built = 1
 
     def details_wanted(self, arm_job: dict[str, Any]) -> bool:
@@ -266,7 +268,8 @@ class _ClientBase:
         self._rebuild = True
         self._token = None
         self._token_failed_at = time.monotonic()
-        return TokenUnavailable(f"could not get a token: {type(exc).__name__}: {scrub(str(exc))[:300]}")
+        self._token_error = TokenUnavailable(f"could not get a token: {type(exc).__name__}: {scrub(str(exc))[:300]}")
+        return self._token_error
 
     def own_identity(self) -> set[str]:
         """The object and application ids in this client's current token (who its requests are logged as)."""
@@ -459,21 +462,24 @@ class AsyncRestClient(_ClientBase):
         # A poller reads several jobs at once: one token refresh and one run-history look-up serve them all.
         self._auth_lock = asyncio.Lock()
         self._history_lock = asyncio.Lock()
+        self._history_error: Exception | None = None  # the last failed look-up's error
 
-    async def _auth(self, *, renew: bool = False, claims: str | None = None) -> str:
+    async def _auth(self, *, renew: bool = False, claims: str | None = None, rejected: str | None = None) -> str:
         """As ``RestClient._auth``, on asyncio (the factory reads the connection with ``aget_connection``).
 
         Concurrent reads refresh the token once: a read that waited while another refreshed it takes that
-        token, and one that waited while the refresh failed fails at once rather than asking again.
+        token (for a renewal after a 401: one other than ``rejected``, the token ARM refused), and one that
+        waited while the refresh failed fails at once with that refresh's error rather than asking again.
         """
         if not (renew or self._rebuild or self._token_stale()):
             return str(self._token.token)
         asked = time.monotonic()
         async with self._auth_lock:
-            failed = self._token_failed_at
-            if failed is not None and failed >= asked:
-                raise TokenUnavailable("could not get a token (a concurrent read's attempt just failed)")
-            if not (renew or self._rebuild or self._token_stale()):
+            failed, error = self._token_failed_at, self._token_error
+            if failed is not None and failed >= asked and error is not None:
+                raise copy.copy(error) from None
+            fresh = not (self._rebuild or self._token_stale())
+            if fresh and (not renew or (rejected is not None and str(self._token.token) != rejected)):
                 return str(self._token.token)
             return await self._refresh_token(renew, claims)
 
@@ -495,8 +501,9 @@ class AsyncRestClient(_ClientBase):
 
     async def request(self, method: str, url: str, *, params: dict[str, str] | None = None, what: str = "") -> Any:
         claims: str | None = None
+        token: str | None = None
         for attempt in (1, 2):
-            token = await self._auth(renew=attempt == 2, claims=claims)
+            token = await self._auth(renew=attempt == 2, claims=claims, rejected=token)
             request = _build(method, url, params, token, ASYNC_USER_AGENT)
             try:
                 response = await self._client.send_request(request)  # body is loaded (stream=False)
@@ -522,21 +529,22 @@ class AsyncRestClient(_ClientBase):
             return None
 
     async def history_base(self) -> str:
-        """As ``RestClient.history_base``; concurrent reads look it up once (a failed look-up fails them all)."""
+        """As ``RestClient.history_base``; concurrent reads look it up once (a failed look-up fails the reads that
+        waited on it with its own error: a 403 stays a 403, a throttled read stays transient)."""
         if self._history_base is not None:
             return self._history_base
         asked = time.monotonic()
         async with self._history_lock:
-            failed = self._history_failed_at
-            if failed is not None and failed >= asked:
-                raise TransientRestError("run history's host: a concurrent look-up just failed")
+            failed, error = self._history_failed_at, self._history_error
+            if failed is not None and failed >= asked and error is not None:
+                raise copy.copy(error) from None
             if self._history_base is None:
                 try:
                     workspace = await self.request("GET", self.paths.url(""), what="GET workspace")
                     discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
                     discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
-                except Exception:
-                    self._history_failed_at = time.monotonic()
+                except Exception as exc:
+                    self._history_failed_at, self._history_error = time.monotonic(), exc
                     raise
                 self._history_base = _history_base(self.paths.settings, discovery)
             return self._history_base

@@ -299,9 +299,12 @@ class WorkspacePoller:
         client = await self._get_client()
         found = await self._list(client, names) if list_mode else {}
         limit = asyncio.Semaphore(CONCURRENT_READS)
+        no_token: list[TokenUnavailable] = []  # the tick fails on the first; reads not yet started are skipped
 
-        async def read(name: str) -> _Result | TokenUnavailable:
+        async def read(name: str) -> _Result:
             async with limit:
+                if no_token:
+                    return no_token[0]
                 try:
                     arm = found.get(name)
                     if arm is None:
@@ -313,6 +316,7 @@ class WorkspacePoller:
                 except ResourceNotFound:
                     return None
                 except TokenUnavailable as exc:  # no token for any job: the tick fails, not this job
+                    no_token.append(exc)
                     return exc
                 except AzureMLError as exc:  # 400, 403, malformed body, throttled: this job only
                     return exc
@@ -321,9 +325,8 @@ class WorkspacePoller:
 
         ordered = sorted(names)
         results = await asyncio.gather(*(read(name) for name in ordered))
-        for outcome in results:
-            if isinstance(outcome, TokenUnavailable):
-                raise outcome
+        if no_token:
+            raise no_token[0]
         return dict(zip(ordered, results, strict=True))
 
     def _deliver(self, due: list[_Wait], results: dict[str, _Result]) -> tuple[bool, float]:

@@ -86,27 +86,31 @@ def test_jobs_ended_on_one_tick_have_their_details_read_concurrently() -> None:
     assert poller.stats.job_gets == ENDED and poller.stats.detail_gets == ENDED
 
 
-def test_a_read_without_a_token_fails_the_tick_after_the_others_finish() -> None:
-    server = SlowRunHistory(token_failure="part-0")
+def test_a_read_without_a_token_fails_the_tick_and_the_reads_not_yet_started_are_skipped() -> None:
+    server = SlowRunHistory(token_failure="part-00")
     server.all_asked.set()  # run history answers at once
     poller = poller_with(client_of(server))
+    names = {f"part-{i:02d}" for i in range(3 * poller_module.CONCURRENT_READS)}
 
-    with pytest.raises(TokenUnavailable):
-        asyncio.run(poller._poll({"part-0", "part-1"}, list_mode=False))
-    assert "GET run details part-1" in server.sent and server.in_flight == 0  # no read left running
+    with pytest.raises(TokenUnavailable, match="could not get a token"):
+        asyncio.run(poller._poll(names, list_mode=False))
+    job_gets = [what for what in server.sent if what.startswith("GET job ")]
+    assert "GET job part-00" in job_gets
+    assert len(job_gets) <= poller_module.CONCURRENT_READS, job_gets  # the first group only, not one try per job
 
 
 class CountingCredential:
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, token: str = "t") -> None:
         self.calls = 0
         self.fail = fail
+        self.token = token
 
     async def get_token(self, *scopes: str, **kwargs: Any) -> SimpleNamespace:
         self.calls += 1
         await asyncio.sleep(0.02)
         if self.fail:
             raise RuntimeError("no identity here")
-        return SimpleNamespace(token="t", expires_on=time.time() + 3600)
+        return SimpleNamespace(token=self.token, expires_on=time.time() + 3600)
 
     async def close(self) -> None:
         return None
@@ -151,5 +155,24 @@ def test_a_failed_look_up_of_run_history_is_not_repeated_by_the_reads_waiting_on
         return list(await asyncio.gather(*(client.history_base() for _ in range(8)), return_exceptions=True))
 
     outcomes = asyncio.run(many())
-    assert all(isinstance(o, rest.AzureMLError) for o in outcomes), outcomes
     assert sent == ["GET workspace"]
+    # every read gets the look-up's own error: a 403 is not turned into a transient error for those who waited
+    assert all(type(o) is rest.AzureMLError and "403" in str(o) for o in outcomes), outcomes
+
+
+def test_reads_refused_with_the_same_token_share_one_renewal() -> None:
+    """ARM answers 401 to several reads in flight: one renewal (a rebuilt credential) serves them all."""
+    built: list[CountingCredential] = []
+
+    async def factory() -> CountingCredential:
+        built.append(CountingCredential(token=f"t{len(built) + 1}"))
+        return built[-1]
+
+    client = AsyncRestClient(SETTINGS, credential=CountingCredential(token="t0"), credential_factory=factory)  # type: ignore[arg-type]
+
+    async def refused_together() -> list[str]:
+        first = await client._auth()
+        return list(await asyncio.gather(*(client._auth(renew=True, rejected=first) for _ in range(8))))
+
+    assert asyncio.run(refused_together()) == ["t1"] * 8
+    assert len(built) == 1
