@@ -91,6 +91,7 @@ def plan(
     preemption_rate: float,
     fallback_startup_hours: float | None = None,
     quantile: float = DEFAULT_QUANTILE,
+    work_is_lower_bound: bool = False,
 ) -> DeadlinePlan:
     """The verdict for the next job (``VERDICT_*``), given the remaining work and the time left.
 
@@ -98,6 +99,9 @@ def plan(
     (None: unknown). ``startup_hours``: a spot node's start-up; ``fallback_startup_hours`` the fallback's
     (default: the same). ``restart_hours``: from a preemption to the next job's submission.
     ``preemption_rate``: whole-cluster preemptions an hour, as the cost rule uses it.
+    ``work_is_lower_bound``: the work is only known to take at least ``work_hours`` (no job completed yet).
+    A bound proves "infeasible" and "fallback" (the real work needs still more time), never "spot": that
+    verdict is then ``VERDICT_UNKNOWN``.
     """
     for name, value in (("now", now), ("deadline", deadline)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -132,6 +136,13 @@ def plan(
             "only the fallback still makes the deadline"
         )
         return DeadlinePlan(VERDICT_FALLBACK, reason, **base, **numbers)
+    if work_is_lower_bound:
+        reason = (
+            f"slack {slack:.3g} h covers a plausible preemption plus a restart ({margin:.3g} h) of the work's lower "
+            f"bound, {work_hours:.3g} h (no job completed yet), but the work may take longer: the deadline cannot "
+            "vouch for spot"
+        )
+        return DeadlinePlan(VERDICT_UNKNOWN, reason, **base, **numbers)
     reason = f"slack {slack:.3g} h covers a plausible preemption plus a restart ({margin:.3g} h)"
     return DeadlinePlan(VERDICT_SPOT, reason, **base, **numbers)
 

@@ -227,7 +227,7 @@ def decide(inputs: PolicyInputs) -> Decision:
         reason = f"{inputs.preemptions} preemption(s) reached fallback_after={inputs.fallback_after}"
         return Decision(True, RULE_FALLBACK_AFTER, reason, inputs=shown)
     if inputs.deadline is not None:
-        planned = _plan(inputs, work, mu)
+        planned = _plan(inputs, work, work_source, mu)
         shown.update(planned.log_inputs())
         passed = planned.hours_left <= 0  # missed already: dedicated nodes would only be late at a higher price
         if not passed and planned.verdict in (deadlines.VERDICT_FALLBACK, deadlines.VERDICT_INFEASIBLE):
@@ -268,8 +268,8 @@ def deadline_plan(inputs: PolicyInputs) -> deadlines.DeadlinePlan | None:
     if inputs.deadline is None:
         return None
     history, _, mu = _rates(inputs)
-    work, _ = _work_hours(inputs, history)
-    return _plan(inputs, work, mu)
+    work, source = _work_hours(inputs, history)
+    return _plan(inputs, work, source, mu)
 
 
 def on_queue_timeout(
@@ -308,8 +308,9 @@ def _rates(inputs: PolicyInputs) -> tuple[SpotHistory, float, float]:
     return history, mean, mu
 
 
-def _plan(inputs: PolicyInputs, work: float | None, rate: float) -> deadlines.DeadlinePlan:
-    """The deadline planner on the policy's own work estimate and rate (``now`` is set: ``PolicyInputs`` checks)."""
+def _plan(inputs: PolicyInputs, work: float | None, source: str, rate: float) -> deadlines.DeadlinePlan:
+    """The deadline planner on the policy's own work estimate (``source`` from ``_work_hours``) and rate
+    (``now`` is set: ``PolicyInputs`` checks)."""
     assert inputs.deadline is not None and inputs.now is not None
     return deadlines.plan(
         now=inputs.now,
@@ -318,6 +319,7 @@ def _plan(inputs: PolicyInputs, work: float | None, rate: float) -> deadlines.De
         startup_hours=inputs.startup_hours,
         restart_hours=inputs.restart_hours,
         preemption_rate=rate,
+        work_is_lower_bound=source == "lower_bound",
     )
 
 

@@ -135,3 +135,34 @@ def test_a_decision_replays_from_its_inputs() -> None:
     decision = decide(inputs(deadline=T0 + 2 * HOUR))
     again = decide(replace(inputs(), deadline=decision.inputs["deadline"]))
     assert again == decision
+
+
+PREEMPTED_AT_HALF_HOUR = SpotHistory().record_preemption(exposure_hours=0.5, now=T0)  # no job completed yet
+
+
+def test_a_lower_bound_of_the_work_never_promises_that_spot_leaves_time() -> None:
+    """Only preempted attempts so far: the work is at least the longest of them, maybe much more. Slack that
+    covers a preemption of the bound says nothing of the real work (1.5 h here would miss a 2 h deadline
+    after one late preemption), so the deadline does not vouch for spot; the other rules decide."""
+    case = inputs(work_hours_estimate=None, history=PREEMPTED_AT_HALF_HOUR, preemptions=1, deadline=T0 + 2 * HOUR)
+    planned = deadline_plan(case)
+    assert planned is not None and planned.work_hours == pytest.approx(0.4)
+    assert planned.verdict == deadline.VERDICT_UNKNOWN, planned.reason
+    assert "lower bound" in planned.reason
+    assert decide(case).inputs["deadline_verdict"] == deadline.VERDICT_UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("hours_left", "verdict"),
+    [
+        (0.9, deadline.VERDICT_FALLBACK),  # slack 0.4 h < a preemption of even the bound: the real work needs more
+        (0.3, deadline.VERDICT_INFEASIBLE),  # not even the bound fits
+    ],
+)
+def test_a_lower_bound_still_decides_what_it_proves(hours_left: float, verdict: str) -> None:
+    case = inputs(
+        work_hours_estimate=None, history=PREEMPTED_AT_HALF_HOUR, preemptions=1, deadline=T0 + hours_left * HOUR
+    )
+    decision = decide(case)
+    assert decision.inputs["deadline_verdict"] == verdict
+    assert (decision.use_fallback, decision.rule) == (True, RULE_DEADLINE)
