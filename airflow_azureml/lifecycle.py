@@ -245,6 +245,8 @@ def _count_and_resubmit(steps: Steps, job: str, reason: str, limits: Limits, rec
     if job not in state.counted:
         state.preemptions += 1
         state.counted.append(job)
+        if job not in state.lost:
+            state.lost.append(job)
         steps.remember()
         if record == "preempted":
             steps.add(Record(job, "preempted"))

@@ -31,6 +31,7 @@ class ResubmissionState:
     next_resubmission: int = 0
     preemptions: int = 0  # counted against this run of the task's budget
     counted: list[str] = field(default_factory=list)  # preempted jobs already counted (a retry counts none twice)
+    lost: list[str] = field(default_factory=list)  # the chain's preempted jobs, for its bill: a clear keeps them
     airflow_canceled: list[str] = field(default_factory=list)
     reported_cancels: list[str] = field(default_factory=list)  # a person's cancels a try already failed on
     before_clear: list[str] = field(default_factory=list)
@@ -86,6 +87,7 @@ class ResubmissionState:
             "jobs": list(self.job_names),
             "preemptions": self.preemptions,
             "counted": list(self.counted),
+            "lost": list(self.lost),
             "airflow_canceled": list(self.airflow_canceled),
             "reported_cancels": list(self.reported_cancels),
             "before_clear": list(self.before_clear),
@@ -122,6 +124,8 @@ class ResubmissionState:
         state.deferred_on = recalled.get("deferred_on")
         state.clear_cancels = list(recalled.get("clear_cancels") or [])
         state.usage = dict(recalled.get("usage") or {})  # a retry or a clear keeps what the chain has cost
+        # ... and which of its attempts preemption lost (a record from before 2026-12-07 has only "counted")
+        state.lost = [str(n) for n in (recalled.get("lost") or recalled.get("counted") or [])]
         state.recorded = list(recalled.get("recorded") or [])  # a clear must not record a job twice
         state.canceled_at = dict(recalled.get("canceled_at") or {})
         submitting = recalled.get("submitting")

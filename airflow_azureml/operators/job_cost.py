@@ -38,7 +38,9 @@ def estimate(
         for name, info in (state.usage.get("computes") or {}).items():
             if info.get("vm_size"):
                 prices[name] = hook.price_quote(info["vm_size"], info.get("location"), manual_prices)
-        return cost.estimate(state.usage, prices, lost_jobs=state.counted, preemptions=state.preemptions)
+        # the whole chain's preempted attempts, those before a clear too (a clear resets only the budget)
+        lost = list(dict.fromkeys([*state.lost, *state.counted]))
+        return cost.estimate(state.usage, prices, lost_jobs=lost, preemptions=len(lost))
     except Exception as exc:  # the bill is a report: it never turns a finished job into a failed task
         from airflow_azureml.redaction import scrub
 

@@ -365,3 +365,31 @@ def test_a_node_count_that_cannot_be_read_never_fails_the_task(
     captured = capsys.readouterr()  # the operator's log: structlog's stdout (3.3), or stdlib logging
     logged = captured.out + captured.err + caplog.text
     assert "Could not read the node count of job a" in logged and "c2VjcmV0c2VjcmV0" not in logged, logged
+
+
+def test_a_clear_keeps_the_attempts_preemption_lost_in_the_bill() -> None:
+    """A clear starts a fresh resubmission budget, not a fresh bill: the attempt lost before it is still lost
+    (else the all-dedicated equivalent counts it as useful work and the savings are overstated)."""
+    import logging
+
+    from airflow_azureml.lifecycle import Limits, ResubmissionState, on_preemption
+    from airflow_azureml.operators import job_cost
+
+    lost = span("r0", [[0, 0, 2, 0, 0, 0, 0], [100, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0]], end=150)
+    kept = span("r1", [[150, 2, 0, 0, 0, 0, 0], [160, 0, 2, 0, 0, 0, 0], [3600, 0, 2, 0, 0, 0, 0]], end=3600)
+    before = ResubmissionState(key="k", job_names=["r0"], max_tries=1, usage=usage(lost))
+    before = on_preemption(before, "r0", "every node preempted", Limits(max_resubmits=0)).state  # budget spent
+    before.job_names.append("r1")
+    before.usage = usage(lost, kept)
+    cleared = ResubmissionState.from_store("k", before.to_store(), max_tries=2)  # a clear raises max_tries
+    assert cleared.cleared and cleared.preemptions == 0 and cleared.counted == []
+
+    from types import SimpleNamespace
+
+    hook = SimpleNamespace(price_quote=lambda *args: PRICES["spot-c"])  # the prices, set by hand
+    bill = job_cost.estimate(hook, cleared, {}, logging.getLogger("test"))  # type: ignore[arg-type]
+    uncleared = job_cost.estimate(hook, before, {}, logging.getLogger("test"))  # type: ignore[arg-type]
+    assert bill is not None and uncleared is not None
+    assert bill["lost_node_hours"] == uncleared["lost_node_hours"] >= 2 * 100 / 3600  # r0 ran 100 s on 2 nodes
+    assert bill["preemptions"] == 1 == uncleared["preemptions"]
+    assert bill["dedicated_equivalent"] == uncleared["dedicated_equivalent"]

@@ -167,7 +167,7 @@ def test_an_ambiguous_cancel_resubmitted_spends_the_budget_and_teaches_the_histo
     first = lifecycle.after_cancel(
         waited, "a", watched=True, kept_instead=None, limits=RESUBMIT_AMBIGUOUS, resubmit="no witness"
     )
-    assert changed_at(first) == [("Remember", {"preemptions", "counted"}), ("Resubmit", set())]
+    assert changed_at(first) == [("Remember", {"preemptions", "counted", "lost"}), ("Resubmit", set())]
     assert not any(isinstance(a, Record) for a in first.actions)  # closed as "ended" already, never "preempted"
     assert any("on_ambiguous_cancel" in a.message for a in first.actions if isinstance(a, lifecycle.Log))
     replayed(waited, first)
@@ -282,7 +282,7 @@ def test_resubmit(state: ResubmissionState, limits: Limits, expected: list) -> N
 
 def test_a_back_off_in_the_triggerer_is_spent_once() -> None:
     counted = lifecycle.on_end(chain("a"), "a", Classification(Outcome.PREEMPTED, "r"), DEFERRED, watched=True)
-    assert changed_at(counted)[0] == ("Remember", {"preemptions", "counted"}), "the back-off is not stored early"
+    assert changed_at(counted)[0] == ("Remember", {"preemptions", "counted", "lost"}), "the back-off is not stored early"
     decision = lifecycle.resubmit(counted.state, "a", "r", DEFERRED)
     assert changed_at(decision)[0] == ("Remember", {"backoff_done"}), "stored before deferring"
     resumed = lifecycle.on_end(decision.state, "a", Classification(Outcome.PREEMPTED, "r"), DEFERRED, watched=False)
