@@ -140,6 +140,8 @@ def on_end(
     another model, code or environment): the work runs again.
     """
     outcome = found.outcome
+    if outcome is Outcome.PREEMPTED and job in state.before_clear:
+        return _rerun_after_clear(state, job, found.reason)
     weak = outcome is Outcome.PREEMPTED and found.witness == "gauge_near_end"
     left = evidence_wait_left(state, job, limits, now) if weak else 0.0
     if left > 0:
@@ -226,6 +228,22 @@ def after_cancel(
     state.reported_cancels.append(job)  # stored after the job's record on the cluster: a retry fails on it again
     steps.remember()
     steps.add(Raise(job, "user_canceled"))
+    return steps.done()
+
+
+def _rerun_after_clear(state: ResubmissionState, job: str, reason: str) -> Decision:
+    """A job preempted before a person cleared the task: the clear asks for the work again, with a fresh
+    budget that this earlier preemption does not spend (``max_resubmits=0`` would else fail the clear at
+    once). Its attempt stays lost in the bill, and the cluster's history learns it once."""
+    steps = Steps(state)
+    if job not in steps.state.lost:
+        steps.state.lost.append(job)
+        steps.remember()
+    message = (
+        f"Job {job} was preempted before the task was cleared ({reason}); the clear asks for the work again: "
+        "submitting the next job of the chain (not counted against the fresh resubmission budget)."
+    )
+    steps.add(Record(job, "preempted"), Log(logging.INFO, message), Submit())
     return steps.done()
 
 

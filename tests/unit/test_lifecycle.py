@@ -282,7 +282,8 @@ def test_resubmit(state: ResubmissionState, limits: Limits, expected: list) -> N
 
 def test_a_back_off_in_the_triggerer_is_spent_once() -> None:
     counted = lifecycle.on_end(chain("a"), "a", Classification(Outcome.PREEMPTED, "r"), DEFERRED, watched=True)
-    assert changed_at(counted)[0] == ("Remember", {"preemptions", "counted", "lost"}), "the back-off is not stored early"
+    stored = ("Remember", {"preemptions", "counted", "lost"})
+    assert changed_at(counted)[0] == stored, "the back-off is not stored early"
     decision = lifecycle.resubmit(counted.state, "a", "r", DEFERRED)
     assert changed_at(decision)[0] == ("Remember", {"backoff_done"}), "stored before deferring"
     resumed = lifecycle.on_end(decision.state, "a", Classification(Outcome.PREEMPTED, "r"), DEFERRED, watched=False)
@@ -416,3 +417,56 @@ def test_the_record_round_trips_and_a_clear_starts_a_fresh_budget() -> None:
 def test_merge_chain_adds_remembered_jobs_the_list_does_not_show() -> None:
     assert lifecycle.merge_chain({0: "a"}, {"a"}, ["a", "b"]) == {0: "a", 1: "b"}
     assert lifecycle.merge_chain({0: "a"}, {"a", "dup"}, ["dup"]) == {0: "a"}, "a duplicate that lost is listed"
+
+
+PREEMPTION_ERROR = (
+    "UserError: AzureMLCompute job failed. PreemptionError: Nodes of this job got pre-empted. Check if the run "
+    "has failed or restarted. Reason: Received pre-emption warning signal"
+)
+
+
+@pytest.mark.parametrize("max_resubmits", [0, 1])
+@pytest.mark.parametrize(
+    "found_again",
+    [
+        JobSnapshot(name="r0", status="Canceled"),  # the evidence of its verdict is not read again
+        JobSnapshot(name="r0", status="Failed", error_message=PREEMPTION_ERROR),  # Azure's own words are
+    ],
+    ids=["canceled", "preemption-error"],
+)
+def test_a_preemption_before_a_clear_does_not_spend_the_fresh_budget(
+    max_resubmits: int, found_again: JobSnapshot
+) -> None:
+    """The budget is spent on r0's preemption and the task fails; a person clears it. The cleared try finds
+    r0 again: the clear is the request to run the work, so the next job goes out and the fresh budget is
+    whole (before, a PreemptionError was counted again: with max_resubmits=0 the clear failed at once)."""
+    limits = Limits(max_resubmits=max_resubmits, loop_after=2, resubmit_backoff=30.0)
+    state = chain("r0", max_tries=1)
+    for _ in range(max_resubmits):  # earlier preemptions of the chain spent the budget up to r0
+        name = f"p{len(state.job_names)}"
+        state = lifecycle.on_preemption(replace(state, job_names=[name, *state.job_names]), name, "lost", limits).state
+    spent = lifecycle.on_preemption(state, "r0", "every node preempted", limits)
+    assert any(isinstance(a, Raise) and a.kind == "budget_spent" for a in spent.actions)
+
+    cleared = ResubmissionState.from_store("k", spent.state.to_store(), max_tries=2)
+    cleared.job_names = list(spent.state.job_names)
+    cleared = lifecycle.first_sight(cleared, found_again, now=0.0).state
+    assert "r0" in cleared.before_clear and cleared.preemptions == 0
+
+    _, found = lifecycle.verdict(cleared, found_again, None)
+    assert found.outcome is Outcome.PREEMPTED  # judged so before the clear: no evidence needed again
+    decision = lifecycle.on_end(cleared, "r0", found, limits, watched=False)
+    assert without_logs(decision)[-1] == Submit() and not any(isinstance(a, Raise) for a in decision.actions)
+    after = replayed(cleared, decision)
+    assert after.preemptions == 0 and after.counted == [] and "r0" in after.lost
+
+
+@pytest.mark.parametrize("cleared", [False, True])
+def test_a_record_from_before_the_lost_field_takes_its_lost_jobs_from_counted(cleared: bool) -> None:
+    """An in-flight task's record written before 2026-12-07 has no "lost": its counted preemptions are the
+    chain's lost attempts (a clear then resets only the budget)."""
+    old = chain("r0", "r1", counted=["r0"], preemptions=1, max_tries=1).to_store()
+    del old["lost"]
+    state = ResubmissionState.from_store("k", old, max_tries=2 if cleared else 1)
+    assert state.lost == ["r0"]
+    assert (state.counted, state.preemptions) == (([], 0) if cleared else (["r0"], 1))
