@@ -477,9 +477,11 @@ class AsyncRestClient(_ClientBase):
         async with self._auth_lock:
             failed, error = self._token_failed_at, self._token_error
             if failed is not None and failed >= asked and error is not None:
-                raise copy.copy(error) from None
+                raise _again(error, TokenUnavailable) from None
             fresh = not (self._rebuild or self._token_stale())
-            if fresh and (not renew or (rejected is not None and str(self._token.token) != rejected)):
+            # a claims challenge (continuous access evaluation) is answered with its claims, never another token
+            taken = rejected is not None and str(self._token.token) != rejected and not claims
+            if fresh and (not renew or taken):
                 return str(self._token.token)
             return await self._refresh_token(renew, claims)
 
@@ -537,14 +539,14 @@ class AsyncRestClient(_ClientBase):
         async with self._history_lock:
             failed, error = self._history_failed_at, self._history_error
             if failed is not None and failed >= asked and error is not None:
-                raise copy.copy(error) from None
+                raise _again(error, TransientRestError) from None
             if self._history_base is None:
                 try:
                     workspace = await self.request("GET", self.paths.url(""), what="GET workspace")
                     discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
                     discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
                 except Exception as exc:
-                    self._history_failed_at, self._history_error = time.monotonic(), exc
+                    self._history_failed_at, self._history_error = time.monotonic(), exc.with_traceback(None)
                     raise
                 self._history_base = _history_base(self.paths.settings, discovery)
             return self._history_base
@@ -592,6 +594,16 @@ class AsyncRestClient(_ClientBase):
     async def close(self) -> None:
         await self._client.close()
         await _aclose_quietly(self._credential)
+
+
+def _again(error: Exception, fallback: type[AzureMLError]) -> Exception:
+    """A copy of ``error`` for another read that waited on the attempt that raised it (same class and message);
+    an error that cannot be rebuilt from its arguments becomes ``fallback`` with its text."""
+    try:
+        again = copy.copy(error)
+    except Exception:
+        return fallback(scrub(str(error), limit=300))
+    return again.with_traceback(None)
 
 
 def _close_quietly(credential: Any) -> None:

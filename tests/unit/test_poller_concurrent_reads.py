@@ -176,3 +176,62 @@ def test_reads_refused_with_the_same_token_share_one_renewal() -> None:
 
     assert asyncio.run(refused_together()) == ["t1"] * 8
     assert len(built) == 1
+
+
+class Answer:
+    def __init__(self, status_code: int, body: str = "") -> None:
+        self.status_code = status_code
+        self.headers: dict[str, str] = {}
+        self.body = body
+
+    def text(self) -> str:
+        return self.body
+
+
+def test_requests_refused_together_renew_once_through_request() -> None:
+    """The same through ``request``: the refused token goes with each renewal, so the reads that waited take
+    the token the first renewal got."""
+    built: list[CountingCredential] = []
+    sent: list[str] = []
+
+    async def factory() -> CountingCredential:
+        built.append(CountingCredential(token=f"t{len(built) + 1}"))
+        return built[-1]
+
+    async def send_request(request: Any) -> Answer:
+        sent.append(request.headers["Authorization"])
+        await asyncio.sleep(0.01)  # all eight in flight before the first answer
+        return Answer(401) if request.headers["Authorization"] == "Bearer t0" else Answer(200, '{"ok": 1}')
+
+    client = AsyncRestClient(SETTINGS, credential=CountingCredential(token="t0"), credential_factory=factory)  # type: ignore[arg-type]
+    client._client = SimpleNamespace(send_request=send_request)  # type: ignore[assignment]
+
+    async def many() -> list[Any]:
+        return list(await asyncio.gather(*(client.request("GET", "https://arm.example/x") for _ in range(8))))
+
+    assert asyncio.run(many()) == [{"ok": 1}] * 8
+    assert len(built) == 1, "one renewal for the eight refused reads"
+    assert sent.count("Bearer t0") == 8 and sent.count("Bearer t1") == 8
+
+
+def test_a_claims_challenge_is_answered_with_its_claims() -> None:
+    """Another read's new token is not taken for a claims challenge: that token may lack the claims asked for."""
+    credential = CountingCredential(token="t0")
+    client = AsyncRestClient(SETTINGS, credential=credential)  # type: ignore[arg-type]
+
+    async def challenged() -> str:
+        first = await client._auth()
+        client._token = SimpleNamespace(token="t-other", expires_on=time.time() + 3600)  # another read renewed
+        return await client._auth(renew=True, claims='{"access_token":{}}', rejected=first)
+
+    asyncio.run(challenged())
+    assert credential.calls == 2  # asked again, with the claims
+
+
+def test_an_error_that_cannot_be_copied_reaches_the_waiting_reads_by_its_text() -> None:
+    class Odd(Exception):
+        def __init__(self, code: int, text: str) -> None:
+            super().__init__(f"{code}: {text}")
+
+    again = rest._again(Odd(7, "odd"), rest.TransientRestError)
+    assert isinstance(again, rest.TransientRestError) and "7: odd" in str(again)
