@@ -171,6 +171,10 @@ class SpotCluster:
                 then += "may follow a job sent before, which failing would leave unwatched.)"
             self.log.warning("%s %s", said, then)
             return
+        if planned.verdict == deadlines.VERDICT_UNKNOWN and planned.work_hours is not None:
+            # only a lower bound of the work: no promise that a late preemption still leaves time
+            self.log.warning("Deadline %s: spot is tried without its promise (%s).", deadline, planned.reason)
+            return
         if planned.verdict == deadlines.VERDICT_UNKNOWN:
             self.log.info("Deadline %s: it cannot be checked yet (%s).", deadline, planned.reason)
             return
