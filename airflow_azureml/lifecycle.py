@@ -236,14 +236,15 @@ def _rerun_after_clear(state: ResubmissionState, job: str, reason: str) -> Decis
     budget that this earlier preemption does not spend (``max_resubmits=0`` would else fail the clear at
     once). Its attempt stays lost in the bill, and the cluster's history learns it once."""
     steps = Steps(state)
-    if job not in steps.state.lost:
+    if job not in steps.state.lost:  # first judged now (Azure's PreemptionError): the history learns it once
         steps.state.lost.append(job)
         steps.remember()
+        steps.add(Record(job, "preempted"))
     message = (
-        f"Job {job} was preempted before the task was cleared ({reason}); the clear asks for the work again: "
-        "submitting the next job of the chain (not counted against the fresh resubmission budget)."
+        f"Job {job} ended before the task was cleared, its capacity lost ({reason}); the clear asks for the work "
+        "again: submitting the next job of the chain (not counted against the fresh resubmission budget)."
     )
-    steps.add(Record(job, "preempted"), Log(logging.INFO, message), Submit())
+    steps.add(Log(logging.INFO, message), Submit())
     return steps.done()
 
 

@@ -31,7 +31,9 @@ class ResubmissionState:
     next_resubmission: int = 0
     preemptions: int = 0  # counted against this run of the task's budget
     counted: list[str] = field(default_factory=list)  # preempted jobs already counted (a retry counts none twice)
-    lost: list[str] = field(default_factory=list)  # the chain's preempted jobs, for its bill: a clear keeps them
+    # the chain's jobs judged lost capacity (preempted, or an ambiguous cancel resubmitted), for its bill and its
+    # verdicts: a clear keeps them
+    lost: list[str] = field(default_factory=list)
     airflow_canceled: list[str] = field(default_factory=list)
     reported_cancels: list[str] = field(default_factory=list)  # a person's cancels a try already failed on
     before_clear: list[str] = field(default_factory=list)

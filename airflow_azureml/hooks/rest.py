@@ -480,7 +480,7 @@ class AsyncRestClient(_ClientBase):
                 raise _again(error, TokenUnavailable) from None
             fresh = not (self._rebuild or self._token_stale())
             # a claims challenge (continuous access evaluation) is answered with its claims, never another token
-            taken = rejected is not None and str(self._token.token) != rejected and not claims
+            taken = fresh and rejected is not None and not claims and str(self._token.token) != rejected
             if fresh and (not renew or taken):
                 return str(self._token.token)
             return await self._refresh_token(renew, claims)
@@ -546,7 +546,7 @@ class AsyncRestClient(_ClientBase):
                     discovery_url = (workspace.get("properties") or {}).get("discoveryUrl")
                     discovery = await self.request("GET", discovery_url, what="GET discovery") if discovery_url else {}
                 except Exception as exc:
-                    self._history_failed_at, self._history_error = time.monotonic(), exc.with_traceback(None)
+                    self._history_failed_at, self._history_error = time.monotonic(), _again(exc, TransientRestError)
                     raise
                 self._history_base = _history_base(self.paths.settings, discovery)
             return self._history_base

@@ -470,3 +470,17 @@ def test_a_record_from_before_the_lost_field_takes_its_lost_jobs_from_counted(cl
     state = ResubmissionState.from_store("k", old, max_tries=2 if cleared else 1)
     assert state.lost == ["r0"]
     assert (state.counted, state.preemptions) == (([], 0) if cleared else (["r0"], 1))
+
+
+def test_a_job_lost_before_a_clear_teaches_the_history_only_once() -> None:
+    """Judged before the clear (in ``lost``): recorded then, or closed as a fallback's or an ambiguous cancel's
+    end; the cleared try records nothing. Judged first after the clear (Azure's PreemptionError): once."""
+    known = chain("r0", before_clear=["r0"], lost=["r0"])
+    found = Classification(Outcome.PREEMPTED, "preempted (judged so when it ended)")
+    assert not any(
+        isinstance(a, Record) for a in lifecycle.on_end(known, "r0", found, NO_FALLBACK, watched=False).actions
+    )
+    new = chain("r0", before_clear=["r0"])
+    decision = lifecycle.on_end(new, "r0", Classification(Outcome.PREEMPTED, "error"), NO_FALLBACK, watched=False)
+    assert [a for a in decision.actions if isinstance(a, Record)] == [Record("r0", "preempted")]
+    assert replayed(new, decision).lost == ["r0"]

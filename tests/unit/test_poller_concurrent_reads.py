@@ -235,3 +235,11 @@ def test_an_error_that_cannot_be_copied_reaches_the_waiting_reads_by_its_text() 
 
     again = rest._again(Odd(7, "odd"), rest.TransientRestError)
     assert isinstance(again, rest.TransientRestError) and "7: odd" in str(again)
+
+
+def test_a_renewal_after_a_failed_refresh_asks_again_rather_than_crash() -> None:
+    """A read refused with a token that another read's failed refresh has since dropped: no token to compare."""
+    credential = CountingCredential(token="t1")
+    client = AsyncRestClient(SETTINGS, credential=credential)  # type: ignore[arg-type]
+    client._token, client._rebuild = None, True  # another read's refresh failed (``_token_failed``)
+    assert asyncio.run(client._auth(renew=True, rejected="t0")) == "t1"
