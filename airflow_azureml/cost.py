@@ -564,6 +564,8 @@ def spot_exposure_hours(usage: Any) -> float:
         if (usage["computes"].get(span.get("compute")) or {}).get("tier") != "low_priority":
             continue
         statuses = span.get("statuses") or []
+        if not statuses:  # no poll's status kept (a record written by hand, or cut short): nothing seen Running
+            continue
         for (at, status), nxt in zip(statuses, [*statuses[1:], [span.get("end"), None]], strict=True):
             if status == "Running" and nxt[0] is not None:
                 seconds += max(0.0, nxt[0] - at)
@@ -663,8 +665,13 @@ METRICS = {
 }
 
 
-def metrics(report: Mapping[str, Any]) -> list[tuple[str, str, float, dict[str, str]]]:
-    """``(Stats method, name, value, tags)`` for a task's report; unknown values are left out."""
+def metrics(
+    report: Mapping[str, Any], new_preemptions: int | None = None
+) -> list[tuple[str, str, float, dict[str, str]]]:
+    """``(Stats method, name, value, tags)`` for a task's report; unknown values are left out.
+
+    ``azureml.spot.preemptions`` is a counter: it goes up by ``new_preemptions``, those no earlier report of
+    the chain counted (a failed try's, before a retry or a clear), by default the report's own."""
     base = {"dag_id": str(report.get("dag_id") or ""), "task_id": str(report.get("task_id") or "")}
     out: list[tuple[str, str, float, dict[str, str]]] = []
     for name, entry in sorted((report.get("computes") or {}).items()):
@@ -674,7 +681,8 @@ def metrics(report: Mapping[str, Any]) -> list[tuple[str, str, float, dict[str, 
         out.append(("gauge", "azureml.spot.evicted_node_hours", float(seconds.get("preempted", 0.0)) / 3600.0, tags))
         if entry.get("cost") is not None:
             out.append(("gauge", "azureml.spot.cost", float(entry["cost"]), tags))
-    out.append(("incr", "azureml.spot.preemptions", int(report.get("preemptions") or 0), base))
+    preemptions = int(report.get("preemptions") or 0) if new_preemptions is None else new_preemptions
+    out.append(("incr", "azureml.spot.preemptions", max(0, preemptions), base))
     equivalent = (report.get("dedicated_equivalent") or {}).get("cost")
     for name, value in (
         ("azureml.spot.dedicated_equivalent_cost", equivalent),

@@ -34,6 +34,7 @@ class ResubmissionState:
     # the chain's jobs judged lost capacity (preempted, or an ambiguous cancel resubmitted), for its bill and its
     # verdicts: a clear keeps them
     lost: list[str] = field(default_factory=list)
+    reported_preemptions: int = 0  # of ``lost``, how many the preemptions counter has counted (job_cost.report)
     airflow_canceled: list[str] = field(default_factory=list)
     reported_cancels: list[str] = field(default_factory=list)  # a person's cancels a try already failed on
     before_clear: list[str] = field(default_factory=list)
@@ -90,6 +91,7 @@ class ResubmissionState:
             "preemptions": self.preemptions,
             "counted": list(self.counted),
             "lost": list(self.lost),
+            "reported_preemptions": self.reported_preemptions,
             "airflow_canceled": list(self.airflow_canceled),
             "reported_cancels": list(self.reported_cancels),
             "before_clear": list(self.before_clear),
@@ -128,6 +130,8 @@ class ResubmissionState:
         state.usage = dict(recalled.get("usage") or {})  # a retry or a clear keeps what the chain has cost
         # ... and which of its attempts preemption lost (a record from before 2026-12-07 has only "counted")
         state.lost = [str(n) for n in (recalled.get("lost") or recalled.get("counted") or [])]
+        reported = recalled.get("reported_preemptions")
+        state.reported_preemptions = reported if isinstance(reported, int) and not isinstance(reported, bool) else 0
         state.recorded = list(recalled.get("recorded") or [])  # a clear must not record a job twice
         state.canceled_at = dict(recalled.get("canceled_at") or {})
         submitting = recalled.get("submitting")

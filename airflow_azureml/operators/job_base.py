@@ -251,6 +251,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
             dag_id=self.dag_id,
             task_id=self.task_id,
             deadline=self._deadline_at,
+            remember=lambda counted: self._remember(context, counted),
         )
         if report is not None:
             self._cost_report = report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_azureml import compat
@@ -58,12 +59,15 @@ def report(
     dag_id: str,
     task_id: str,
     deadline: float | None = None,
+    remember: Callable[[ResubmissionState], None] | None = None,
 ) -> dict[str, Any] | None:
     """The chain's estimated bill: to the task log (one block), XCom ``azureml_cost`` and Airflow metrics.
 
     Never fails the task: a price that cannot be read leaves the cost unknown (docs/cost.md). Returns
     the bill without its raw usage (the OpenLineage facet's). ``deadline`` (epoch seconds) and when the chain
-    ended (``chain_end``, else now) go with the bill, so the UI's savings view can show the margin.
+    ended (``chain_end``, else now) go with the bill, so the UI's savings view can show the margin. The
+    preemptions counter counts each of the chain's preemptions once over its reports (``remember`` stores
+    how many were counted).
     """
     import time
 
@@ -87,11 +91,16 @@ def report(
     log.info("%s", cost.format_bill(bill, title=f"Azure ML cost of {task_id}"))
     if ti is not None and hasattr(ti, "xcom_push"):
         ti.xcom_push(key=COST_XCOM_KEY, value=bill)
+    preemptions = int(bill.get("preemptions") or 0)
     try:
         Stats = compat.stats()  # airflow.sdk.observability.stats from Airflow 3.2, airflow.stats on 3.1
 
-        for kind, metric, value, tags in cost.metrics(bill):
+        for kind, metric, value, tags in cost.metrics(bill, preemptions - state.reported_preemptions):
             getattr(Stats, kind)(metric, value, tags=tags)
     except Exception as exc:  # metrics are best effort
         log.info("Could not send the cost metrics: %s", type(exc).__name__)
+    if preemptions > state.reported_preemptions:
+        state.reported_preemptions = preemptions
+        if remember is not None:
+            remember(state)
     return {k: v for k, v in bill.items() if k not in ("usage", "observed")}

@@ -393,3 +393,48 @@ def test_a_clear_keeps_the_attempts_preemption_lost_in_the_bill() -> None:
     assert bill["lost_node_hours"] == uncleared["lost_node_hours"] >= 2 * 100 / 3600  # r0 ran 100 s on 2 nodes
     assert bill["preemptions"] == 1 == uncleared["preemptions"]
     assert bill["dedicated_equivalent"] == uncleared["dedicated_equivalent"]
+
+
+def test_the_preemptions_counter_counts_each_preemption_once_over_a_chains_reports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failed try reports its bill, and so does the retry or clear that finishes the chain: the counter goes
+    up by the preemptions no earlier report counted (the bill itself always shows the whole chain's)."""
+    import logging
+    from types import SimpleNamespace
+
+    from airflow_azureml import compat
+    from airflow_azureml.lifecycle import ResubmissionState
+    from airflow_azureml.operators import job_cost
+
+    sent: list[tuple[str, float]] = []
+    stats = SimpleNamespace(
+        incr=lambda name, value, tags: sent.append((name, value)), gauge=lambda name, value, tags: None
+    )
+    monkeypatch.setattr(compat, "stats", lambda: stats)
+    hook = SimpleNamespace(price_quote=lambda *args: PRICES["spot-c"])
+    stored: list[dict] = []
+    lost = span("r0", [[0, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0]], end=150, statuses=[[0, "Running"]])
+    state = ResubmissionState(key="k", job_names=["r0"], lost=["r0"], usage=usage(lost))
+
+    def report() -> dict:
+        bill = job_cost.report(
+            hook,
+            {},
+            state,
+            {},
+            logging.getLogger("t"),
+            dag_id="d",
+            task_id="t",
+            remember=lambda s: stored.append(s.to_store()),
+        )
+        assert bill is not None
+        return bill
+
+    assert report()["preemptions"] == 1  # the failed try's report
+    state = ResubmissionState.from_store("k", stored[-1], max_tries=None)  # the retry reads the stored record
+    state.job_names = ["r0", "r1"]
+    assert report()["preemptions"] == 1  # the retry's: the bill still shows it
+    state.lost.append("r1")
+    report()
+    assert [value for name, value in sent if name == "azureml.spot.preemptions"] == [1, 0, 1]
