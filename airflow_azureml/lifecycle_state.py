@@ -131,7 +131,8 @@ class ResubmissionState:
         # ... and which of its attempts preemption lost (a record from before 2026-12-07 has only "counted")
         state.lost = [str(n) for n in (recalled.get("lost") or recalled.get("counted") or [])]
         reported = recalled.get("reported_preemptions")
-        state.reported_preemptions = reported if isinstance(reported, int) and not isinstance(reported, bool) else 0
+        counted = isinstance(reported, int) and not isinstance(reported, bool)
+        state.reported_preemptions = max(0, reported) if counted else 0
         state.recorded = list(recalled.get("recorded") or [])  # a clear must not record a job twice
         state.canceled_at = dict(recalled.get("canceled_at") or {})
         submitting = recalled.get("submitting")

@@ -91,16 +91,31 @@ def report(
     log.info("%s", cost.format_bill(bill, title=f"Azure ML cost of {task_id}"))
     if ti is not None and hasattr(ti, "xcom_push"):
         ti.xcom_push(key=COST_XCOM_KEY, value=bill)
+    _send_metrics(bill, state, log, remember)
+    return {k: v for k, v in bill.items() if k not in ("usage", "observed")}
+
+
+def _send_metrics(
+    bill: dict[str, Any],
+    state: ResubmissionState,
+    log: logging.Logger,
+    remember: Callable[[ResubmissionState], None] | None,
+) -> None:
+    """The bill's metrics, best effort. The preemptions counter goes first, and only once it is sent are its
+    preemptions marked counted (a failed send leaves them for the next report; a crash before the mark counts
+    them again: at least once)."""
+    from airflow_azureml import cost
+
     preemptions = int(bill.get("preemptions") or 0)
     try:
         Stats = compat.stats()  # airflow.sdk.observability.stats from Airflow 3.2, airflow.stats on 3.1
-
-        for kind, metric, value, tags in cost.metrics(bill, preemptions - state.reported_preemptions):
+        sent = cost.metrics(bill, preemptions - state.reported_preemptions)
+        sent.sort(key=lambda metric: metric[1] != "azureml.spot.preemptions")
+        for kind, metric, value, tags in sent:
             getattr(Stats, kind)(metric, value, tags=tags)
-    except Exception as exc:  # metrics are best effort
+            if metric == "azureml.spot.preemptions" and preemptions > state.reported_preemptions:
+                state.reported_preemptions = preemptions
+                if remember is not None:
+                    remember(state)
+    except Exception as exc:  # metrics are best effort: never a failed task, never another error than the chain's
         log.info("Could not send the cost metrics: %s", type(exc).__name__)
-    if preemptions > state.reported_preemptions:
-        state.reported_preemptions = preemptions
-        if remember is not None:
-            remember(state)
-    return {k: v for k, v in bill.items() if k not in ("usage", "observed")}

@@ -438,3 +438,36 @@ def test_the_preemptions_counter_counts_each_preemption_once_over_a_chains_repor
     state.lost.append("r1")
     report()
     assert [value for name, value in sent if name == "azureml.spot.preemptions"] == [1, 0, 1]
+
+
+def test_a_metric_or_a_state_write_that_fails_never_fails_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Metrics are best effort: a failed write of the counted mark, or a failed send, leaves the bill as it is;
+    preemptions whose counter was not sent stay uncounted (the next report sends them)."""
+    import logging
+    from types import SimpleNamespace
+
+    from airflow_azureml import compat
+    from airflow_azureml.lifecycle import ResubmissionState
+    from airflow_azureml.operators import job_cost
+
+    hook = SimpleNamespace(price_quote=lambda *args: PRICES["spot-c"])
+    lost = span("r0", [[0, 0, 2, 0, 0, 0, 0], [100, 0, 0, 0, 0, 2, 0]], end=150, statuses=[[0, "Running"]])
+    state = ResubmissionState(key="k", job_names=["r0"], lost=["r0"], usage=usage(lost))
+
+    def broken_store(_: ResubmissionState) -> None:
+        raise RuntimeError("the Execution API is down")
+
+    ok = SimpleNamespace(incr=lambda *a, **k: None, gauge=lambda *a, **k: None)
+    monkeypatch.setattr(compat, "stats", lambda: ok)
+    log = logging.getLogger("t")
+    bill = job_cost.report(hook, {}, state, {}, log, dag_id="d", task_id="t", remember=broken_store)
+    assert bill is not None and bill["preemptions"] == 1
+
+    state.reported_preemptions = 0
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise OSError("statsd unreachable")
+
+    monkeypatch.setattr(compat, "stats", lambda: SimpleNamespace(incr=down, gauge=down))
+    assert job_cost.report(hook, {}, state, {}, log, dag_id="d", task_id="t") is not None
+    assert state.reported_preemptions == 0  # not sent: still to count
