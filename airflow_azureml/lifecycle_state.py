@@ -32,7 +32,7 @@ class ResubmissionState:
     preemptions: int = 0  # counted against this run of the task's budget
     counted: list[str] = field(default_factory=list)  # preempted jobs already counted (a retry counts none twice)
     # the chain's jobs judged lost capacity (preempted, or an ambiguous cancel resubmitted), for its bill and its
-    # verdicts: a clear keeps them
+    # verdicts: ``counted`` and those of earlier budgets (a clear keeps them)
     lost: list[str] = field(default_factory=list)
     reported_preemptions: int = 0  # of ``lost``, how many the preemptions counter has counted (job_cost.report)
     airflow_canceled: list[str] = field(default_factory=list)
@@ -60,6 +60,9 @@ class ResubmissionState:
     # end): kept, as that read is not repeated; an Activity Log cancel found after the wait overrides it.
     evidence_reason: str | None = None
     evidence_until: float | None = None  # when that wait ends (epoch s): a retry within it waits the rest
+
+    def __post_init__(self) -> None:
+        self.lost += [job for job in self.counted if job not in self.lost]  # every counted job is lost
 
     @property
     def current(self) -> str | None:
@@ -142,6 +145,7 @@ class ResubmissionState:
         if not state.cleared:
             state.preemptions = int(recalled.get("preemptions") or 0)
             state.counted = list(recalled.get("counted") or [])
+            state.lost += [job for job in state.counted if job not in state.lost]  # holds every counted job
             state.backoff_done = recalled.get("backoff_done")
             state.evidence_waited = recalled.get("evidence_waited")
             state.evidence_reason = recalled.get("evidence_reason")

@@ -39,7 +39,7 @@ def verdict(
     not Airflow's (a person's, or a preemption); a job judged preempted once stays so (a back-off or a
     crash came between).
     """
-    if snapshot.name in state.counted or snapshot.name in state.lost:  # (``lost``: also before a clear)
+    if snapshot.name in state.lost:  # (``counted``, and before a clear)
         return Decision(state, ()), Classification(Outcome.PREEMPTED, "preempted (judged so when it ended)")
     steps = Steps(state)
     if _ran_after_airflow_cancel(state, snapshot.name):

@@ -274,6 +274,15 @@ def corner(timeline: Timeline, policy: PollingPolicy) -> str:
     return "other"
 
 
+def one_timeline(tag: str, i: int, kind: str, label: str, policy: PollingPolicy) -> tuple[Timeline, Result]:
+    """Timeline ``i`` of ``kind`` and its wait at poll setting ``label``, each from its own seeded generator
+    (common random numbers: timeline *i* is the same at every poll setting, and a change to how one kind is
+    drawn leaves the others' timelines as they were)."""
+    timeline = draw(random.Random(f"{tag}-{i}"), kind)
+    random.seed(f"{tag}-{label}-{i}-jitter")  # the back-off's jitter (PollingPolicy.delay) draws from here
+    return timeline, wait(timeline, policy, random.Random(f"{tag}-{label}-{i}"))
+
+
 def sweep(runs: int, seed: int, cadence: bool) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for label, base in SETTINGS.items():
@@ -285,11 +294,7 @@ def sweep(runs: int, seed: int, cadence: bool) -> dict[str, Any]:
         waited: list[int] = []
         for i in range(runs):
             kind = KINDS[i % len(KINDS)]
-            # common random numbers: timeline i is the same at every poll setting, and a change to how one kind
-            # is drawn leaves the other kinds' timelines as they were
-            timeline = draw(random.Random(f"{seed}-{i}"), kind)
-            random.seed(f"{seed}-{label}-{i}-jitter")  # the back-off's jitter (PollingPolicy.delay) draws from here
-            result = wait(timeline, policy, random.Random(f"{seed}-{label}-{i}"))
+            timeline, result = one_timeline(str(seed), i, kind, label, policy)
             row = rows[kind]
             row["n"] += 1
             if result.seen_ended is None:
@@ -323,12 +328,9 @@ def unlogged_chunk(task: tuple[int, str, int, int]) -> int:
     kind alone at one poll setting. Timeline *i* is drawn from its own generator, so chunks add up to the same
     count however they are split between processes."""
     seed, label, lo, hi = task
-    policy = SETTINGS[label]
     hits = 0
     for i in range(lo, hi):
-        timeline = draw(random.Random(f"{seed}-unlogged-{i}"), "person (unlogged)")
-        random.seed(f"{seed}-unlogged-{label}-{i}-jitter")
-        result = wait(timeline, policy, random.Random(f"{seed}-unlogged-{label}-{i}"))
+        _, result = one_timeline(f"{seed}-unlogged", i, "person (unlogged)", label, SETTINGS[label])
         hits += result.seen_ended is not None and resubmitted(result, "fail")
     return hits
 

@@ -287,7 +287,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         """
         if snapshot is None or snapshot.status != "Canceled" or snapshot.name != state.deferred_on:
             return snapshot, None
-        decided = (state.counted, state.airflow_canceled, state.before_clear, state.reported_cancels)
+        decided = (state.lost, state.airflow_canceled, state.before_clear, state.reported_cancels)
         if any(snapshot.name in names for names in decided):
             return snapshot, None
         ended = self.hook.ended_job_evidence(snapshot.name, self.polling)
@@ -399,7 +399,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         gauge: GaugeEvidence | None,
     ) -> dict[str, Any] | None:
         """A terminal job becomes a result, an exception, or the next job of the chain (returns None)."""
-        judged_before = snapshot.name in state.counted or snapshot.name in state.lost
+        judged_before = snapshot.name in state.lost
         activity = None
         if snapshot.status == "Canceled" and not judged_before:  # (Airflow's record may be dropped in verdict)
             activity = self.hook.job_cancel_requests(snapshot)  # who sent a cancel through ARM, if anyone
@@ -550,7 +550,7 @@ class AzureMLJobOperatorBase(AzureMLBaseOperator):
         state = self._state
         if state is None or state.current is None:
             return
-        if state.current in state.counted or state.current in state.lost or state.evidence_waited == state.current:
+        if state.current in state.lost or state.evidence_waited == state.current:
             # it ended (a back-off, or the wait for late evidence, came after): recording a cancel of it as
             # Airflow's would make the retry submit the next job whatever the Activity Log shows
             self.log.warning("Task killed while job %s had already ended; nothing to cancel.", state.current)

@@ -40,8 +40,7 @@ def estimate(
             if info.get("vm_size"):
                 prices[name] = hook.price_quote(info["vm_size"], info.get("location"), manual_prices)
         # the whole chain's preempted attempts, those before a clear too (a clear resets only the budget)
-        lost = list(dict.fromkeys([*state.lost, *state.counted]))
-        return cost.estimate(state.usage, prices, lost_jobs=lost, preemptions=len(lost))
+        return cost.estimate(state.usage, prices, lost_jobs=state.lost, preemptions=len(state.lost))
     except Exception as exc:  # the bill is a report: it never turns a finished job into a failed task
         from airflow_azureml.redaction import scrub
 

@@ -218,7 +218,7 @@ class SpotCluster:
             fallback_after=self.fallback_after,
             has_fallback=self.has_fallback,
             on_fallback=bool(state.fallback_rule),
-            unit_exposure_hours=max((held_hours(state, job) for job in {*state.lost, *state.counted}), default=0.0),
+            unit_exposure_hours=max((held_hours(state, job) for job in state.lost), default=0.0),
             now=time.time(),
             deadline=self.deadline,
             **extra,
